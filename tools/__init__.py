@@ -1,0 +1,1 @@
+"""The `mxidx` command line (click): thin commands over sim/, hw/ and integration/."""

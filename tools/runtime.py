@@ -1,0 +1,23 @@
+"""Device choice for commands that run kernels.
+
+TRITON_INTERPRET is read when kernels are defined, so a command decides the device *before* importing hw/:
+the GPU when one is present, else the CPU through the Triton interpreter.
+"""
+from __future__ import annotations
+
+import os
+
+
+def choose_device(requested: str | None = None) -> str:
+    """Return "cuda" or "cpu" and set TRITON_INTERPRET=1 for the CPU. Call before the first `import hw`."""
+    import torch
+
+    if requested in (None, "auto"):
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch sees no GPU; use --device cpu")
+    if requested not in ("cuda", "cpu"):
+        raise RuntimeError(f"--device must be auto, cuda or cpu, got {requested!r}")
+    if requested == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    return requested
