@@ -1,0 +1,20 @@
+"""hw: Triton kernels and their launchers (DESIGN §5, §8).
+
+Imports torch and triton, never sim/. Set TRITON_INTERPRET=1 *before* importing this package to run the kernels on
+the CPU interpreter (triton >= 3.8).
+"""
+from .gather import cp_gather_indexer_k_quant_cache
+from .logits import fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits, get_paged_mqa_logits_metadata
+from .quant import indexer_k_quant_and_cache, quantize_q_fp8, quantize_q_mxfp4
+from .topk import top_k_per_row
+
+__all__ = [
+    "cp_gather_indexer_k_quant_cache",
+    "fp8_fp4_mqa_logits",
+    "fp8_fp4_paged_mqa_logits",
+    "get_paged_mqa_logits_metadata",
+    "indexer_k_quant_and_cache",
+    "quantize_q_fp8",
+    "quantize_q_mxfp4",
+    "top_k_per_row",
+]

@@ -1,0 +1,86 @@
+"""Checks and geometry of a paged K-cache view (DESIGN §2, §8), shared by the writer, the gather and the scorers.
+
+A cache view is `uint8[num_pages, P, 1, bytes_per_token]` with stride(1) == bytes_per_token, stride(3) == 1 and
+stride(0) == S, the page stride in bytes (a multiple of 16, >= P * bytes_per_token). The view's bytes inside a page
+are *not* token-interleaved: the page is block-planar (all values, then all scales) or tiled; the 4-D shape only
+fixes the page's size and stride. Kernels address a page as `base + page_id.to(int64) * S`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import PAGE_STRIDE_ALIGN, check_tensor
+
+KV_FORMATS = ("fp8", "mxfp4")
+LAYOUTS = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}
+PAGE_SIZES = (16, 32, 64, 128, 256)
+
+
+def bytes_per_token(kv_format: str, head_dim: int) -> int:
+    """fp8: D value bytes + one fp32 scale; mxfp4: D/2 code bytes + D/32 E8M0 scale bytes."""
+    return head_dim + 4 if kv_format == "fp8" else head_dim // 2 + head_dim // 32
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """Resolved geometry of a checked cache view."""
+
+    kv_format: str      # "fp8" | "mxfp4"
+    layout: str         # "fp8" | "mxfp4" | "mxfp4_tiled"
+    num_pages: int
+    page_size: int      # P tokens per page
+    head_dim: int       # D
+    page_stride: int    # S bytes between page bases
+
+    @property
+    def scale_base(self) -> int:
+        """Page-local byte offset of the scale region (after the P tokens' values)."""
+        return self.page_size * (self.head_dim if self.kv_format == "fp8" else self.head_dim // 2)
+
+
+def resolve_layout(kv_format: str, layout: str | None) -> str:
+    if kv_format not in KV_FORMATS:
+        raise ValueError(f"kv_dtype must be one of {KV_FORMATS}, got {kv_format!r}")
+    if layout is None:
+        return kv_format
+    if layout not in LAYOUTS[kv_format]:
+        raise ValueError(f"layout {layout!r} is not valid for {kv_format}; choose one of {LAYOUTS[kv_format]}")
+    return layout
+
+
+def check_head_dim(name: str, head_dim: int, layout: str) -> None:
+    if head_dim % 32 or not 32 <= head_dim <= 256:
+        raise ValueError(f"{name}: head dim must be a multiple of 32 in 32..256, got {head_dim}")
+    if layout == "mxfp4_tiled" and head_dim % 128:
+        raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of 128, got {head_dim}")
+
+
+def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout: str | None,
+                     device: torch.device | None = None) -> CacheView:
+    """Validate `kv_cache` (host-side only) and return its geometry. ValueError names `name` on any mismatch."""
+    layout = resolve_layout(kv_format, layout)
+    check_head_dim(name, head_dim, layout)
+    check_tensor(name, kv_cache, dtypes=torch.uint8, ndim=4, device=device)
+    num_pages, page_size, one, bpt = kv_cache.shape
+    want_bpt = bytes_per_token(kv_format, head_dim)
+    if one != 1 or bpt != want_bpt:
+        raise ValueError(f"{name} must have shape [num_pages, P, 1, {want_bpt}] for {kv_format} with D={head_dim}, "
+                         f"got {list(kv_cache.shape)}")
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"{name}: page size (dim 1) must be one of {PAGE_SIZES}, got {page_size}")
+    if layout == "mxfp4_tiled" and page_size % 4:
+        raise ValueError(f"{name}: mxfp4_tiled needs a page size that is a multiple of 4, got {page_size}")
+    s0, s1, _, s3 = kv_cache.stride()
+    if s3 != 1 or s1 != bpt:
+        raise ValueError(f"{name} must have stride(1) == bytes_per_token ({bpt}) and stride(3) == 1, "
+                         f"got strides {kv_cache.stride()}")
+    page_bytes = page_size * bpt
+    if num_pages > 1 and (s0 < page_bytes or s0 % PAGE_STRIDE_ALIGN):
+        raise ValueError(f"{name}: page stride (stride(0)) must be a multiple of {PAGE_STRIDE_ALIGN} and >= the "
+                         f"page's {page_bytes} bytes, got {s0}")
+    if kv_cache.data_ptr() % PAGE_STRIDE_ALIGN:
+        raise ValueError(f"{name}: the view must start on a {PAGE_STRIDE_ALIGN}-byte boundary "
+                         f"(view offsets are multiples of 16)")
+    return CacheView(kv_format, layout, num_pages, page_size, head_dim, s0 if num_pages > 1 else max(s0, page_bytes))
