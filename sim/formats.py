@@ -35,6 +35,8 @@ CANONICAL_MIN_SCALE_BYTE = 1       # byte 0 is never written by the canonical wr
 # ---------------------------------------------------------------------------------------------- FP8 E4M3FN
 E4M3_MAX = 448.0                   # 0x7E = 1.75 * 2^8
 E4M3_NAN = 0x7F                    # the positive NaN pattern; 0xFF is the negative one
+E4M3_SIGN_BIT = 0x80
+E4M3_MAX_CODE = 0x7E               # 448, the largest finite magnitude; codes 0x00..0x7E increase in value
 E4M3_BIAS = 7
 E4M3_MANTISSA_BITS = 3
 E4M3_MIN_NORMAL_EXP = -6           # 2^-6; subnormals are k * 2^-9, k = 1..7
