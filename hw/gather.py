@@ -1,3 +1,89 @@
-"""Placeholder: being written."""
-def cp_gather_indexer_k_quant_cache(kv_cache, block_table, cu_seq_lens, layout=None):
-    raise NotImplementedError
+"""Paged -> contiguous gather of quantized K (vLLM's cp_gather_indexer_k_quant_cache), feeding the prefill scorer.
+
+Launcher only; the kernels are in hw/_gather_details. The cache format follows `layout` or, when layout is None,
+the cache's bytes_per_token (D + 4 for fp8, D/2 + D/32 for mxfp4). Over the allowed head dims (32..256, multiples
+of 32) the two formulas give {36, 68, ..., 260} and {17, 34, ..., 136}: they collide only at 68 bytes (fp8 D = 64
+and mxfp4 D = 128), where layout must be given. Inference picks the planar "mxfp4" layout, the writer's default
+too; a tiled cache must be read with layout="mxfp4_tiled" (bytes cannot tell planar from tiled).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from ._cache_view import LAYOUTS, bytes_per_token, check_cache_view
+from ._checks import FP8_DTYPE, check_same_device, check_tensor
+from ._gather_details import BLOCK_B, BLOCK_T, NUM_WARPS
+from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
+
+MX_BLOCK = 32
+HEAD_DIMS = range(32, 257, 32)
+
+
+def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[str, int]:
+    """(kv_format, D) from `layout` or, if None, from kv_cache's bytes_per_token (ValueError if ambiguous/none)."""
+    check_tensor("kv_cache", kv_cache, dtypes=torch.uint8, ndim=4)
+    bpt = kv_cache.shape[3]
+    fits = {fmt: d for fmt in LAYOUTS for d in HEAD_DIMS if bytes_per_token(fmt, d) == bpt}
+    if layout is not None:
+        fmt = next((f for f, layouts in LAYOUTS.items() if layout in layouts), None)
+        if fmt is None:
+            raise ValueError(f"layout must be one of {sum(LAYOUTS.values(), ())} or None, got {layout!r}")
+        if fmt not in fits:
+            raise ValueError(f"kv_cache has {bpt} bytes per token (dim 3), which is no {fmt} head dim "
+                             f"(D + 4 for fp8, D/2 + D/32 for mxfp4, D in 32..256 step 32); check layout={layout!r}")
+        return fmt, fits[fmt]
+    if len(fits) == 1:
+        return next(iter(fits.items()))
+    if not fits:
+        raise ValueError(f"kv_cache has {bpt} bytes per token (dim 3), which matches neither fp8 (D + 4) nor "
+                         f"mxfp4 (D/2 + D/32) for a head dim in 32..256 (multiple of 32)")
+    raise ValueError(f"layout is None but kv_cache's {bpt} bytes per token fit both fp8 (D={fits['fp8']}) and "
+                     f"mxfp4 (D={fits['mxfp4']}); pass layout='fp8', 'mxfp4' or 'mxfp4_tiled'")
+
+
+def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+                                    layout: str | None = None, *, num_tokens: int | None = None):
+    """Copy each sequence's first cu_seq_lens[b+1] - cu_seq_lens[b] tokens out of the paged cache into rows
+    cu_seq_lens[b] .. cu_seq_lens[b+1] - 1 of contiguous K.
+
+    kv_cache:    uint8 [num_pages, P, 1, bytes_per_token] cache view (hw/_cache_view.py), any page stride.
+    block_table: int32 [B, max_pages], any strides: sequence b's logical page i is physical page block_table[b, i].
+                 Entries past a sequence's last page are never read.
+    cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (trusted, not checked: that would need a sync).
+    layout:      "fp8", "mxfp4", "mxfp4_tiled" or None (inferred from bytes_per_token; see the module docstring).
+    num_tokens:  SK, the number of output rows. None reads cu_seq_lens[-1] (one device -> host sync); pass it to
+                 stay sync-free (CUDA-graph capture). Rows at or past cu_seq_lens[-1] come out as zero bytes.
+
+    Returns fp8:   (values float8_e4m3fn [SK, D], scales float32 [SK]);
+            mxfp4: (codes uint8 [SK, D/2] (element 2j in the low nibble of byte j), scales uint8 [SK, D/32]).
+    A token whose page id lies outside [0, num_pages) or whose logical page is >= max_pages is returned as zero
+    bytes rather than read out of bounds.
+    """
+    kv_format, head_dim = _format_and_head_dim(kv_cache, layout)
+    view = check_cache_view("kv_cache", kv_cache, kv_format, head_dim, layout)
+    check_tensor("block_table", block_table, dtypes=torch.int32, ndim=2)
+    batch = block_table.shape[0]
+    check_tensor("cu_seq_lens", cu_seq_lens, dtypes=torch.int32, shape=(batch + 1,), contiguous=True)
+    device = check_same_device(kv_cache=kv_cache, block_table=block_table, cu_seq_lens=cu_seq_lens)
+    if num_tokens is None:
+        num_tokens = int(cu_seq_lens[-1].item())
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        raise ValueError(f"num_tokens must be a non-negative int (the total of the sequence lengths), "
+                         f"got {num_tokens!r}")
+    if kv_format == "fp8":
+        values = torch.empty(num_tokens, head_dim, dtype=torch.uint8, device=device)
+        scales = torch.empty(num_tokens, dtype=torch.float32, device=device)
+        out = (values, scales.view(torch.int32))
+        kernel, extra = gather_fp8_kernel, {}
+    else:
+        values = torch.empty(num_tokens, head_dim // 2, dtype=torch.uint8, device=device)
+        scales = torch.empty(num_tokens, head_dim // MX_BLOCK, dtype=torch.uint8, device=device)
+        out = (values, scales)
+        kernel, extra = gather_mxfp4_kernel, {"TILED": view.layout == "mxfp4_tiled"}
+    if num_tokens:
+        kernel[(triton.cdiv(num_tokens, BLOCK_T),)](
+            kv_cache, block_table, cu_seq_lens, *out, num_tokens, batch, block_table.shape[1], view.num_pages,
+            view.page_stride, *block_table.stride(), D=head_dim, D_PAD=triton.next_power_of_2(head_dim),
+            P=view.page_size, BLOCK_T=BLOCK_T, BLOCK_B=BLOCK_B, num_warps=NUM_WARPS, **extra)
+    return (values.view(FP8_DTYPE), scales) if kv_format == "fp8" else (values, scales)

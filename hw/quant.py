@@ -1,11 +1,146 @@
-"""Placeholder: being written."""
-def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, kv_dtype="fp8", layout=None, scale_rule="rceil"):
-    raise NotImplementedError
+"""Quantizers and the paged K-cache writer (DESIGN §1, §2, §5): launchers; the kernels are in hw/_quant_details.
+
+All outputs are byte-exact against sim/ (sim.mxfp4.quantize, sim.fp8.quantize, sim.layout.write_tokens) for the
+canonical writer: E8M0 scales by the chosen rule with min scale byte 1, elements round-to-nearest-even, FP8
+per-row scales 2^k. Launchers check arguments on the host only (no device sync: legal in CUDA-graph capture) and
+raise ValueError naming the argument.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from ._cache_view import check_cache_view
+from ._checks import FP8_DTYPE, check_same_device, check_tensor
+from ._quant_details import BLOCK_T, NUM_WARPS, codecs
+from ._quant_details.kernels import (k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel,
+                                     q_quant_mxfp4_kernel)
+
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
+    "floor": codecs.RULE_FLOOR.value,
+    "rceil": codecs.RULE_RCEIL.value,
+    "even": codecs.RULE_EVEN.value,
+    "ceil": codecs.RULE_CEIL.value,
+}
+CANONICAL_SCALE_RULE = "rceil"
+MX_BLOCK = 32
 
 
-def quantize_q_mxfp4(q, scale_rule="rceil"):
-    raise NotImplementedError
+def _scale_rule_id(scale_rule) -> int:
+    rule = getattr(scale_rule, "value", scale_rule)  # accepts sim.formats.ScaleRule members too
+    if rule not in SCALE_RULE_IDS:
+        raise ValueError(f"scale_rule must be one of {tuple(SCALE_RULE_IDS)}, got {scale_rule!r}")
+    return SCALE_RULE_IDS[rule]
 
 
-def quantize_q_fp8(q, weights):
-    raise NotImplementedError
+def _rows_view(name: str, x: torch.Tensor) -> torch.Tensor:
+    """[..., H, D] -> a [R, D] view (no copy); ValueError if the leading dims cannot be merged."""
+    check_tensor(name, x, dtypes=INPUT_DTYPES)
+    if x.dim() < 2:
+        raise ValueError(f"{name} must be [..., H, D] (at least 2-D), got shape {list(x.shape)}")
+    try:
+        return x.view(-1, x.shape[-1])
+    except RuntimeError:
+        raise ValueError(f"{name}: the leading dims of a [..., H, D] tensor must be mergeable into rows without a "
+                         f"copy (call .contiguous()), got strides {x.stride()}") from None
+
+
+def _check_q_head_dim(name: str, d: int) -> None:
+    if d % MX_BLOCK or not MX_BLOCK <= d <= 256:
+        raise ValueError(f"{name}: head dim (last dim) must be a multiple of 32 in 32..256, got {d}")
+
+
+def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                              kv_dtype: str = "fp8", layout: str | None = None,
+                              scale_rule: str = CANONICAL_SCALE_RULE) -> None:
+    """Quantize K rows and write each into its cache slot, in place (vLLM's indexer_k_quant_and_cache).
+
+    k:            [T, D] bf16/fp16/fp32, any strides; D a multiple of 32 in 32..256 (128 or 256 for mxfp4_tiled).
+    kv_cache:     uint8 [num_pages, P, 1, bytes_per_token] view (hw/_cache_view.py): stride(0) is the page stride S
+                  (multiple of 16, >= P * bytes_per_token), any view offset that is a multiple of 16.
+    slot_mapping: int64 [T], any stride. Token i goes to page slot // P, token slot % P. A negative slot skips the
+                  token; a slot >= num_pages * P is also skipped (never written outside the view; these are not
+                  checked on the host, which would need a device sync). Slots should be distinct: when one repeats,
+                  which of its tokens lands is unspecified (sim.layout.write_tokens keeps the last).
+    kv_dtype:     "fp8" (bytes_per_token D + 4) or "mxfp4" (D/2 + D/32).
+    layout:       None (the kv_dtype's planar layout), "fp8", "mxfp4" or "mxfp4_tiled" (DESIGN §2).
+    scale_rule:   mxfp4 E8M0 rule "rceil" (canonical), "floor", "even" or "ceil"; fp8 takes only the default
+                  (its scale is always the smallest 2^k with 448 * 2^k >= max(amax, 1e-4)).
+
+    Page bytes written per token (everything else in the pool is left untouched):
+      fp8:          values e4m3fn at t*D + d; fp32 scale as 4 little-endian bytes at P*D + 4t.
+                    A row with a NaN/Inf: values 0x7F, scale NaN.
+      mxfp4:        code byte j (element 2j low nibble, 2j+1 high nibble) at t*D/2 + j; E8M0 byte g at
+                    P*D/2 + t*D/32 + g. A block with a NaN/Inf: byte 255, codes 0; an all-zero block: byte 1.
+      mxfp4_tiled:  code byte j at (j//16)*16P + 16t + j%16; scale byte g at P*D/2 + g*P + (t%(P/4))*4 + t//(P/4).
+    """
+    check_tensor("k", k, dtypes=INPUT_DTYPES, ndim=2)
+    num_tokens, head_dim = k.shape
+    view = check_cache_view("kv_cache", kv_cache, kv_dtype, head_dim, layout)
+    check_tensor("slot_mapping", slot_mapping, dtypes=torch.int64, shape=(num_tokens,))
+    check_same_device(k=k, kv_cache=kv_cache, slot_mapping=slot_mapping)
+    rule = _scale_rule_id(scale_rule)
+    if view.kv_format == "fp8" and rule != SCALE_RULE_IDS[CANONICAL_SCALE_RULE]:
+        raise ValueError(f"scale_rule applies to mxfp4 only; fp8 K scales have one definition (leave scale_rule "
+                         f"at {CANONICAL_SCALE_RULE!r}), got {scale_rule!r}")
+    if num_tokens == 0:
+        return
+    grid = (triton.cdiv(num_tokens, BLOCK_T),)
+    common = (k, kv_cache, slot_mapping, num_tokens, view.num_pages * view.page_size, view.page_stride,
+              *k.stride(), slot_mapping.stride(0))
+    d_pad = triton.next_power_of_2(head_dim)
+    if view.kv_format == "fp8":
+        k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=BLOCK_T,
+                                       num_warps=NUM_WARPS)
+    else:
+        k_quant_cache_mxfp4_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size,
+                                         TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=BLOCK_T,
+                                         num_warps=NUM_WARPS)
+
+
+def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [..., H, D] bf16/fp16/fp32 -> (codes uint8 [..., H, D/2], scales uint8 [..., H, D/32]), both contiguous.
+
+    Code byte j of a row holds element 2j in its low nibble and 2j + 1 in its high nibble; scale byte g is the E8M0
+    exponent (bias 127) of elements 32g .. 32g + 31 under `scale_rule` (see indexer_k_quant_and_cache).
+    """
+    rows = _rows_view("q", q)
+    head_dim = rows.shape[1]
+    _check_q_head_dim("q", head_dim)
+    rule = _scale_rule_id(scale_rule)
+    codes = torch.empty(*q.shape[:-1], head_dim // 2, dtype=torch.uint8, device=q.device)
+    scales = torch.empty(*q.shape[:-1], head_dim // MX_BLOCK, dtype=torch.uint8, device=q.device)
+    if rows.shape[0]:
+        q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], BLOCK_T),)](
+            rows, codes, scales, rows.shape[0], *rows.stride(),
+            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=BLOCK_T,
+            num_warps=NUM_WARPS)
+    return codes, scales
+
+
+def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [..., H, D] bf16/fp16/fp32, weights [..., H] -> (values float8_e4m3fn [..., H, D], weights float32 [..., H]).
+
+    Each (token, head) row gets scale 2^k, the smallest with 448 * 2^k >= max(amax, 1e-4); values are
+    q / 2^k rounded to nearest even and saturated to +-448, and the scale is folded into the returned weights
+    (weights * 2^k), as the FP8 scorer expects (DESIGN §8). A row with a NaN/Inf: values 0x7F, weight NaN.
+    """
+    rows = _rows_view("q", q)
+    head_dim = rows.shape[1]
+    _check_q_head_dim("q", head_dim)
+    check_tensor("weights", weights, dtypes=INPUT_DTYPES, shape=tuple(q.shape[:-1]))
+    check_same_device(q=q, weights=weights)
+    try:
+        w_rows = weights.view(-1)
+    except RuntimeError:
+        raise ValueError(f"weights must be viewable as one row per (token, head) without a copy (call "
+                         f".contiguous()), got strides {weights.stride()}") from None
+    values = torch.empty(q.shape, dtype=torch.uint8, device=q.device)
+    folded = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    if rows.shape[0]:
+        q_quant_fp8_kernel[(triton.cdiv(rows.shape[0], BLOCK_T),)](
+            rows, w_rows, values, folded, rows.shape[0], *rows.stride(), w_rows.stride(0),
+            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), BLOCK_T=BLOCK_T,
+            num_warps=NUM_WARPS)
+    return values.view(FP8_DTYPE), folded

@@ -1,0 +1,35 @@
+"""@triton.jit bodies of the paged -> contiguous K gather (launcher: hw/gather.py) and their cross-compile specs
+(hw/isa.py).
+
+kernels.py   gather_fp8_kernel, gather_mxfp4_kernel (planar or tiled pages; offsets shared with the writer)
+"""
+from __future__ import annotations
+
+import triton
+
+from .._isa_spec import CompileSpec
+from .kernels import gather_fp8_kernel, gather_mxfp4_kernel
+
+BLOCK_T = 16    # output rows per program
+BLOCK_B = 64    # sequence ends compared per step of the row -> sequence search
+NUM_WARPS = 4
+
+
+def _spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
+    mx = layout != "fp8"
+    constexprs = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "P": page_size, "BLOCK_T": BLOCK_T,
+                  "BLOCK_B": BLOCK_B}
+    if mx:
+        constexprs["TILED"] = layout == "mxfp4_tiled"
+    return CompileSpec(
+        label=f"gather/{layout}/D{head_dim}/P{page_size}", fn=gather_mxfp4_kernel if mx else gather_fp8_kernel,
+        signature={"cache_ptr": "*u8", "block_table_ptr": "*i32", "cu_ptr": "*i32",
+                   ("codes_ptr" if mx else "values_ptr"): "*u8", "scales_ptr": "*u8" if mx else "*i32",
+                   "num_rows": "i32", "batch": "i32", "max_pages": "i32", "num_pages": "i32", "page_stride": "i32",
+                   "stride_bt0": "i32", "stride_bt1": "i32"},
+        constexprs=constexprs, num_warps=NUM_WARPS,
+        aligned=("cache_ptr", "codes_ptr" if mx else "values_ptr", "scales_ptr", "page_stride"))
+
+
+ISA_SPECS = (_spec("fp8", 128, 64), _spec("fp8", 32, 16), _spec("mxfp4", 128, 64), _spec("mxfp4", 64, 16),
+             _spec("mxfp4", 32, 64), _spec("mxfp4_tiled", 128, 64), _spec("mxfp4_tiled", 256, 16))

@@ -1,0 +1,55 @@
+"""@triton.jit bodies of the quantizers and the paged K-cache writer (launchers: hw/quant.py), and their
+cross-compile specs (hw/isa.py).
+
+codecs.py        exact integer encoders: E8M0 block scale, E2M1 element, E4M3FN element, fp8 per-row scale
+page_offsets.py  page-local byte offsets of the three page layouts (DESIGN §2); also used by hw/_gather_details
+kernels.py       the kernels: K quantize + paged insert (fp8, mxfp4 planar/tiled), Q quantize (mxfp4, fp8)
+"""
+from __future__ import annotations
+
+import triton
+
+from .._isa_spec import CompileSpec
+from .codecs import RULE_RCEIL
+from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel, q_quant_mxfp4_kernel
+
+BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program
+NUM_WARPS = 4
+
+_WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "num_tokens": "i32", "num_slots": "i32",
+               "page_stride": "i32", "stride_kt": "i32", "stride_kd": "i32", "stride_s": "i32"}
+
+
+def _writer_spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
+    mx = layout != "fp8"
+    constexprs = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "P": page_size, "BLOCK_T": BLOCK_T}
+    if mx:
+        constexprs |= {"TILED": layout == "mxfp4_tiled", "RULE": RULE_RCEIL.value}
+    return CompileSpec(label=f"k_quant_cache/{layout}/D{head_dim}/P{page_size}",
+                       fn=k_quant_cache_mxfp4_kernel if mx else k_quant_cache_fp8_kernel,
+                       signature={"k_ptr": "*bf16", **_WRITER_SIG}, constexprs=constexprs, num_warps=NUM_WARPS,
+                       aligned=("cache_ptr", "page_stride"))
+
+
+def _q_spec(kv_format: str, head_dim: int) -> CompileSpec:
+    d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": BLOCK_T}
+    if kv_format == "mxfp4":
+        return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
+                           signature={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8", "num_rows": "i32",
+                                      "stride_qr": "i32", "stride_qd": "i32"},
+                           constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=NUM_WARPS,
+                           aligned=("codes_ptr", "scales_ptr"))
+    return CompileSpec(label=f"q_quant/fp8/D{head_dim}", fn=q_quant_fp8_kernel,
+                       signature={"q_ptr": "*bf16", "w_ptr": "*fp32", "values_ptr": "*u8", "w_out_ptr": "*fp32",
+                                  "num_rows": "i32", "stride_qr": "i32", "stride_qd": "i32", "stride_w": "i32"},
+                       constexprs=d, num_warps=NUM_WARPS, aligned=("values_ptr", "w_out_ptr"))
+
+
+# Every layout at the serving shape (D = 128, P = 64), the small head dims that exercise other tile widths, and
+# a non-power-of-two D (padded tiles).
+ISA_SPECS = (
+    _writer_spec("fp8", 128, 64), _writer_spec("fp8", 32, 16),
+    _writer_spec("mxfp4", 128, 64), _writer_spec("mxfp4", 64, 16), _writer_spec("mxfp4", 32, 64),
+    _writer_spec("mxfp4", 96, 32), _writer_spec("mxfp4_tiled", 128, 64), _writer_spec("mxfp4_tiled", 256, 16),
+    _q_spec("mxfp4", 128), _q_spec("mxfp4", 32), _q_spec("fp8", 128), _q_spec("fp8", 64),
+)

@@ -1,0 +1,178 @@
+"""Exact encoders on fp32 bit patterns (DESIGN §1), shared by every quantizing kernel.
+
+Everything here is integer arithmetic on the int32 bit pattern of an fp32 value: no log2, no division and no
+floating-point multiply, so the result is the same on every backend whatever its denormal mode (AMD kernels may
+flush fp32 subnormals, libdevice calls on NVIDIA do) and at every scale exponent, including the extremes where a
+power of two 2^-s would leave the fp32 range.
+
+An fp32 magnitude with bits `a` (sign cleared) is written as M * 2^(be - 150), where be = max(a >> 23, 1) is the
+biased exponent (subnormals use 1) and M = mantissa field | implicit bit (2^23, normals only) < 2^24.
+A value v = |x| * 2^-s then has v = M * 2^(ev - 23) with ev = be - 127 - s (for a normal x, ev = floor(log2 v)).
+Rounding v to a grid of step 2^k is a right shift of M by n = k - ev + 23 with round-to-nearest-even.
+"""
+import triton
+import triton.language as tl
+
+F32_SIGN_MASK = tl.constexpr(0x7FFFFFFF)    # clears the sign bit
+F32_INF_BITS = tl.constexpr(0x7F800000)     # abs bits >= this: Inf or NaN
+F32_MANT_MASK = tl.constexpr(0x7FFFFF)
+F32_IMPLICIT_BIT = tl.constexpr(0x800000)
+F32_BIAS = tl.constexpr(127)
+F32_MANT_BITS = tl.constexpr(23)
+F32_QNAN_BITS = tl.constexpr(0x7FC00000)    # the NaN numpy writes (np.float32("nan"))
+MAX_SHIFT = tl.constexpr(25)                # M < 2^24, so M >> 25 rounds to 0 without overflowing 1 << n
+
+# Scale rules (DESIGN §1; ids shared with hw/quant.py): the exponent s = E - 2 is bumped by one when the block
+# maximum's mantissa field f (m = 1 + f / 2^23) is above the rule's threshold.
+RULE_FLOOR = tl.constexpr(0)   # never
+RULE_RCEIL = tl.constexpr(1)   # m > 1.5
+RULE_EVEN = tl.constexpr(2)    # m >= 1.75
+RULE_CEIL = tl.constexpr(3)    # m > 1
+RCEIL_F = tl.constexpr(0x400000)  # f of m = 1.5
+EVEN_F = tl.constexpr(0x600000)   # f of m = 1.75
+
+E2M1_EMAX = tl.constexpr(2)       # 6 = 1.5 * 2^2
+E2M1_MAX_CODE = tl.constexpr(7)
+E2M1_SIGN = tl.constexpr(8)
+E8M0_BIAS = tl.constexpr(127)
+E8M0_MIN_BYTE = tl.constexpr(1)   # canonical writer: byte 0 is never written
+E8M0_MAX_BYTE = tl.constexpr(254)
+E8M0_NAN = tl.constexpr(255)
+
+E4M3_MIN_EXP = tl.constexpr(-6)   # smallest normal exponent; subnormal step 2^-9
+E4M3_MANT_BITS = tl.constexpr(3)
+E4M3_MAX_BITS = tl.constexpr(0x7E)  # 448
+E4M3_NAN = tl.constexpr(0x7F)
+E4M3_SIGN = tl.constexpr(0x80)
+E4M3_MAX_EXP = tl.constexpr(8)    # 448 = 1.75 * 2^8
+E4M3_MAX_F = tl.constexpr(0x600000)  # f of 1.75
+# fp32(1e-4): the per-row scale uses max(amax, 1e-4). sim compares with the float64 1e-4; both give k = -22 for
+# any amax below them (448 * 2^-23 < fp32(1e-4) < 1e-4 < 448 * 2^-22), so the scales agree.
+FP8_AMAX_FLOOR_BITS = tl.constexpr(0x38D1B717)
+
+
+@triton.jit
+def abs_bits(x):
+    """fp32 tensor -> (int32 bits with the sign cleared, bool sign). -0.0 has sign True."""
+    bits = x.to(tl.int32, bitcast=True)
+    return bits & F32_SIGN_MASK, bits < 0
+
+
+@triton.jit
+def _mantissa_and_exponent(a):
+    """abs bits -> (M, be): |x| = M * 2^(be - 150), M < 2^24 (see module docstring)."""
+    e_field = a >> F32_MANT_BITS
+    m = (a & F32_MANT_MASK) | tl.where(e_field > 0, F32_IMPLICIT_BIT, 0)
+    return m, tl.maximum(e_field, 1)
+
+
+@triton.jit
+def _round_shift_rne(m, n):
+    """round(m / 2^n) to nearest, ties to even; m >= 0. n is clamped to 1..MAX_SHIFT (callers that saturate
+    compute a shift out of that range for lanes whose result they replace; the clamp keeps every shift defined)."""
+    n = tl.minimum(tl.maximum(n, 1), MAX_SHIFT)
+    q = m >> n
+    rem = m - (q << n)
+    half = 1 << (n - 1)
+    up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+    return q + up.to(tl.int32)
+
+
+@triton.jit
+def e8m0_scale_byte(amax_bits, RULE: tl.constexpr):
+    """abs bits of a finite block maximum -> canonical E8M0 byte clamp(s + 127, 1, 254) (int32).
+
+    Subnormal or zero amax gives E <= -127, so s <= -128 under every rule and the byte clamps to 1: the rule's
+    mantissa test only matters for normal amax, where E = (bits >> 23) - 127 exactly.
+    """
+    f = amax_bits & F32_MANT_MASK
+    if RULE == RULE_FLOOR:
+        bump = tl.zeros_like(f)
+    elif RULE == RULE_RCEIL:
+        bump = (f > RCEIL_F).to(tl.int32)
+    elif RULE == RULE_EVEN:
+        bump = (f >= EVEN_F).to(tl.int32)
+    else:
+        tl.static_assert(RULE == RULE_CEIL, "unknown scale rule id")
+        bump = (f > 0).to(tl.int32)
+    s_plus_bias = (amax_bits >> F32_MANT_BITS) - F32_BIAS - E2M1_EMAX + bump + E8M0_BIAS
+    return tl.minimum(tl.maximum(s_plus_bias, E8M0_MIN_BYTE), E8M0_MAX_BYTE)
+
+
+@triton.jit
+def e2m1_code(a, negative, s):
+    """Code 0..15 (int32) of x * 2^-s rounded to E2M1 (RNE, saturating at 6, sign kept on zero).
+
+    a: abs bits of a finite x; s: the block's scale exponent (int32, broadcastable). The grid step is 2^k with
+    k = max(ev, 0) - 1 (0.5 below 2, 1 in [2, 4), 2 from 4); q steps of it give code q + 2 * max(ev, 0).
+    """
+    m, be = _mantissa_and_exponent(a)
+    ev = be - F32_BIAS - s
+    ev_pos = tl.minimum(tl.maximum(ev, 0), E2M1_EMAX)
+    q = _round_shift_rne(m, ev_pos - 1 - ev + F32_MANT_BITS)
+    code = tl.minimum(q + 2 * ev_pos, E2M1_MAX_CODE)
+    code = tl.where(ev > E2M1_EMAX, E2M1_MAX_CODE, code)  # |v| >= 8: saturate (and keep the shift in range)
+    return code | tl.where(negative, E2M1_SIGN, 0)
+
+
+@triton.jit
+def fp8_scale_exponent(amax_bits):
+    """abs bits of a finite row maximum -> k (int32), the smallest integer with 448 * 2^k >= max(amax, 1e-4).
+
+    With a = max(amax, 1e-4) = m * 2^E (normal): k = E - 8 if m <= 1.75, else E - 7.
+    """
+    a = tl.maximum(amax_bits, FP8_AMAX_FLOOR_BITS)
+    e = (a >> F32_MANT_BITS) - F32_BIAS
+    return e - E4M3_MAX_EXP + ((a & F32_MANT_MASK) > E4M3_MAX_F).to(tl.int32)
+
+
+@triton.jit
+def e4m3_byte(a, negative, k):
+    """E4M3FN bits (int32 0..255) of x * 2^-k: RNE, saturating to +-448, sign kept on zero. a: abs bits of finite x.
+
+    The grid step is 2^(max(ev, -6) - 3); q steps of it encode as (max(ev, -6) + 6) * 8 + q (the carry of q = 16
+    into the exponent and the subnormal range both fall out of this sum).
+    """
+    m, be = _mantissa_and_exponent(a)
+    ev = be - F32_BIAS - k
+    ev_n = tl.minimum(tl.maximum(ev, E4M3_MIN_EXP), E4M3_MAX_EXP)
+    q = _round_shift_rne(m, ev_n - E4M3_MANT_BITS - ev + F32_MANT_BITS)
+    bits = tl.minimum((ev_n - E4M3_MIN_EXP) * 8 + q, E4M3_MAX_BITS)
+    bits = tl.where(ev > E4M3_MAX_EXP, E4M3_MAX_BITS, bits)
+    return bits | tl.where(negative, E4M3_SIGN, 0)
+
+
+@triton.jit
+def pow2_bits(k):
+    """int32 bits of the fp32 2^k for -126 <= k <= 127."""
+    return (k + F32_BIAS) << F32_MANT_BITS
+
+
+@triton.jit
+def mxfp4_quantize_tile(x, BLOCKS: tl.constexpr, RULE: tl.constexpr):
+    """x: fp32 [R, 32 * BLOCKS] -> (packed codes int32 [R, 16 * BLOCKS], E8M0 bytes int32 [R, BLOCKS]).
+
+    Byte j of a row holds element 2j in its low nibble and 2j + 1 in its high nibble. A block with any NaN/Inf
+    gets byte 255 and codes 0 (detected from the bits: tl.max skips NaN).
+    """
+    R: tl.constexpr = x.shape[0]
+    a, negative = abs_bits(x)
+    a3 = tl.reshape(a, (R, BLOCKS, 32))
+    nonfinite = tl.max((a3 >= F32_INF_BITS).to(tl.int32), axis=2) > 0
+    amax = tl.max(a3, axis=2)  # integer max of finite magnitudes = bits of the fp32 max
+    scale = e8m0_scale_byte(amax, RULE)
+    codes = e2m1_code(a3, tl.reshape(negative, (R, BLOCKS, 32)), (scale - E8M0_BIAS)[:, :, None])
+    codes = tl.where(nonfinite[:, :, None], 0, codes)
+    lo, hi = tl.split(tl.reshape(codes, (R, 16 * BLOCKS, 2)))
+    return lo | (hi << 4), tl.where(nonfinite, E8M0_NAN, scale)
+
+
+@triton.jit
+def fp8_quantize_tile(x):
+    """x: fp32 [R, D] -> (E4M3FN bytes int32 [R, D], scale bits int32 [R]: 2^k, or NaN for a non-finite row)."""
+    a, negative = abs_bits(x)
+    nonfinite = tl.max((a >= F32_INF_BITS).to(tl.int32), axis=1) > 0
+    k = fp8_scale_exponent(tl.max(a, axis=1))
+    values = e4m3_byte(a, negative, k[:, None])
+    values = tl.where(nonfinite[:, None], E4M3_NAN, values)
+    return values, tl.where(nonfinite, F32_QNAN_BITS, pow2_bits(k))

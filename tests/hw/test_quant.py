@@ -1,0 +1,304 @@
+"""hw quantizers and the paged K-cache writer, byte for byte against sim/ (DESIGN §1, §2).
+
+Runs on the CPU interpreter (tests/conftest.py) with tiny shapes, or on a GPU when one is present.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import hw
+import sim.fp8
+import sim.layout
+import sim.mxfp4
+from sim.layout import PageGeometry
+from tests.hw._kv_pool import cache_view, device_pool, hostile_rows, random_pool, sim_input
+from tests.sim._assert import assert_exact
+
+pytestmark = pytest.mark.interp
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ---------------------------------------------------------------------------------------------- Q quantizers
+@dataclass(frozen=True)
+class QCase:
+    lead: tuple          # leading dims of q; q is [*lead, D]
+    head_dim: int
+    dtype: str
+    scale_rule: str = "rceil"
+
+
+Q_CASES = [
+    QCase((5, 3), 32, "fp32", "rceil"),
+    QCase((2, 3, 3), 64, "bf16", "floor"),
+    QCase((7, 1), 128, "fp16", "even"),
+    QCase((3, 5), 96, "fp32", "ceil"),     # D not a power of two: padded tiles
+    QCase((1, 33), 128, "bf16", "rceil"),  # more rows than one program
+    QCase((2, 2), 256, "fp32", "rceil"),
+]
+
+
+@pytest.mark.parametrize("case", Q_CASES, ids=lambda c: f"{c.lead}x{c.head_dim}-{c.dtype}-{c.scale_rule}")
+def test_quantize_q_mxfp4_matches_sim(case, device):
+    rng = np.random.default_rng(case.head_dim + len(case.lead))
+    rows = int(np.prod(case.lead))
+    q = hostile_rows(rng, rows, case.head_dim, DTYPES[case.dtype]).reshape(*case.lead, case.head_dim)
+    codes, scales = hw.quantize_q_mxfp4(q.to(device), scale_rule=case.scale_rule)
+    want_codes, want_scales = sim.mxfp4.quantize(sim_input(q), scale_rule=case.scale_rule)
+    assert codes.dtype == torch.uint8 and scales.dtype == torch.uint8
+    assert_exact(scales.cpu().numpy(), want_scales, "scales")
+    assert_exact(codes.cpu().numpy(), want_codes, "codes")
+
+
+@pytest.mark.parametrize("case", Q_CASES[:5], ids=lambda c: f"{c.lead}x{c.head_dim}-{c.dtype}")
+def test_quantize_q_fp8_matches_sim(case, device):
+    rng = np.random.default_rng(7 + case.head_dim)
+    rows = int(np.prod(case.lead))
+    q = hostile_rows(rng, rows, case.head_dim, DTYPES[case.dtype]).reshape(*case.lead, case.head_dim)
+    weights = torch.from_numpy(rng.standard_normal(case.lead).astype(np.float32))
+    values, folded = hw.quantize_q_fp8(q.to(device), weights.to(device))
+    want_values, want_scales = sim.fp8.quantize(sim_input(q))
+    assert values.dtype == hw._checks.FP8_DTYPE and folded.dtype == torch.float32
+    assert_exact(values.view(torch.uint8).cpu().numpy(), want_values, "values")
+    assert_exact(folded.cpu().numpy(), weights.numpy() * want_scales, "folded weights")
+
+
+def test_quantizers_on_random_fp32_bit_patterns(device):
+    """Uniformly random fp32 bit patterns: every exponent from subnormal to 2^127 (extreme scale exponents, where
+    a float 2^-s would leave the fp32 range) and every mantissa; Inf/NaN patterns included."""
+    bits = np.random.default_rng(12).integers(0, 2**32, size=(64, 2, 64), dtype=np.uint64).astype(np.uint32)
+    finite = bits[:32]  # half the rows finite only (exponent field 255 -> 254), so their blocks quantize
+    finite[((finite >> 23) & 0xFF) == 0xFF] ^= np.uint32(1 << 23)
+    x = bits.view(np.float32)
+    q = torch.from_numpy(x).to(device)
+    for rule in ("rceil", "floor", "even", "ceil"):
+        codes, scales = hw.quantize_q_mxfp4(q, scale_rule=rule)
+        want_codes, want_scales = sim.mxfp4.quantize(x, scale_rule=rule)
+        assert_exact(scales.cpu().numpy(), want_scales, f"scales ({rule})")
+        assert_exact(codes.cpu().numpy(), want_codes, f"codes ({rule})")
+    values, folded = hw.quantize_q_fp8(q, torch.ones(64, 2, device=device))
+    want_values, want_scales = sim.fp8.quantize(x)
+    assert_exact(values.view(torch.uint8).cpu().numpy(), want_values, "fp8 values")
+    assert_exact(folded.cpu().numpy(), want_scales, "fp8 scales")
+
+
+def test_quantize_q_mxfp4_strided_rows(device):
+    """A [T, H, D] slice of a wider buffer (row stride > D) whose rows still merge into one stride."""
+    rng = np.random.default_rng(3)
+    base = hostile_rows(rng, 12, 96, torch.float32).reshape(4, 3, 96)
+    q = base.to(device)[..., :64]
+    codes, scales = hw.quantize_q_mxfp4(q)
+    want_codes, want_scales = sim.mxfp4.quantize(base[..., :64].contiguous().numpy())
+    assert_exact(codes.cpu().numpy(), want_codes, "codes")
+    assert_exact(scales.cpu().numpy(), want_scales, "scales")
+
+
+def test_quantize_q_empty(device):
+    codes, scales = hw.quantize_q_mxfp4(torch.zeros(0, 4, 64, device=device))
+    assert codes.shape == (0, 4, 32) and scales.shape == (0, 4, 2)
+    values, folded = hw.quantize_q_fp8(torch.zeros(0, 4, 64, device=device), torch.zeros(0, 4, device=device))
+    assert values.shape == (0, 4, 64) and folded.shape == (0, 4)
+
+
+# ---------------------------------------------------------------------------------------------- K cache writer
+@dataclass(frozen=True)
+class CacheCase:
+    kv_dtype: str
+    layout: str | None
+    head_dim: int
+    page_size: int
+    num_pages: int
+    stride_pad: int = 0     # page stride = page bytes rounded up to 16 + stride_pad (a multiple of 16)
+    view_offset: int = 0
+    dtype: str = "fp32"
+    scale_rule: str = "rceil"
+    num_tokens: int = 24
+
+    @property
+    def geom(self) -> PageGeometry:
+        bpt = self.head_dim + 4 if self.kv_dtype == "fp8" else self.head_dim // 2 + self.head_dim // 32
+        stride = -(-self.page_size * bpt // 16) * 16 + self.stride_pad
+        return PageGeometry(self.kv_dtype, self.page_size, self.head_dim, self.num_pages, page_stride=stride,
+                            layout=self.layout, view_offset=self.view_offset)
+
+
+CACHE_CASES = [
+    CacheCase("fp8", None, 32, 16, 4, stride_pad=48, view_offset=32, dtype="bf16"),
+    CacheCase("fp8", "fp8", 128, 64, 2, stride_pad=16, view_offset=16, dtype="fp32"),
+    CacheCase("fp8", None, 64, 16, 3, dtype="fp16"),
+    CacheCase("mxfp4", None, 32, 16, 4, stride_pad=32, view_offset=48, dtype="bf16", scale_rule="rceil"),
+    CacheCase("mxfp4", "mxfp4", 64, 64, 2, stride_pad=112, view_offset=16, dtype="fp32", scale_rule="floor"),
+    CacheCase("mxfp4", "mxfp4", 128, 16, 3, stride_pad=16, dtype="fp16", scale_rule="even"),
+    CacheCase("mxfp4", "mxfp4", 96, 32, 2, view_offset=64, dtype="fp32", scale_rule="ceil"),
+    CacheCase("mxfp4", "mxfp4_tiled", 128, 16, 4, stride_pad=64, view_offset=16, dtype="bf16"),
+    CacheCase("mxfp4", "mxfp4_tiled", 128, 64, 2, stride_pad=16, dtype="fp32", scale_rule="floor"),
+    CacheCase("mxfp4", "mxfp4_tiled", 256, 16, 2, view_offset=32, dtype="fp16", scale_rule="even", num_tokens=20),
+]
+
+
+def _slots(rng, geom: PageGeometry, num_tokens: int) -> np.ndarray:
+    """Distinct shuffled slots over all pages, with a few negative (skip) entries."""
+    slots = rng.permutation(geom.num_pages * geom.page_size)[:num_tokens].astype(np.int64)
+    slots[rng.choice(num_tokens, size=3, replace=False)] = -rng.integers(1, 2**40, size=3)
+    return slots
+
+
+def _write_and_compare(case: CacheCase, device, slots: np.ndarray, k: torch.Tensor, hw_slots: np.ndarray):
+    """Run the writer on a random-filled pool; compare every pool byte with sim's writer (slots: the sim's)."""
+    geom = case.geom
+    rng = np.random.default_rng(11)
+    want = random_pool(geom, rng)
+    pool = device_pool(want, device)
+    hw.indexer_k_quant_and_cache(k.to(device), cache_view(pool, geom), torch.from_numpy(hw_slots).to(device),
+                                 kv_dtype=case.kv_dtype, layout=case.layout, scale_rule=case.scale_rule)
+    if case.kv_dtype == "fp8":
+        values, scales = sim.fp8.quantize(sim_input(k))
+    else:
+        values, scales = sim.mxfp4.quantize(sim_input(k), scale_rule=case.scale_rule)
+    sim.layout.write_tokens(want, geom, slots, values, scales)
+    assert_exact(pool.cpu().numpy(), want, "pool bytes")
+
+
+def _cache_id(c: CacheCase) -> str:
+    return f"{c.layout or c.kv_dtype}-D{c.head_dim}-P{c.page_size}-{c.dtype}-{c.scale_rule}"
+
+
+@pytest.mark.parametrize("case", CACHE_CASES, ids=_cache_id)
+def test_k_quant_and_cache_matches_sim(case, device):
+    rng = np.random.default_rng(case.head_dim * case.page_size)
+    slots = _slots(rng, case.geom, case.num_tokens)
+    k = hostile_rows(rng, case.num_tokens, case.head_dim, DTYPES[case.dtype])
+    _write_and_compare(case, device, slots, k, slots)
+
+
+def test_k_quant_and_cache_strided_k_and_slots(device):
+    """k a column slice of a wider tensor, slot_mapping a strided view: the launcher passes strides through."""
+    case = CACHE_CASES[4]
+    rng = np.random.default_rng(5)
+    slots = _slots(rng, case.geom, case.num_tokens)
+    wide = hostile_rows(rng, case.num_tokens, 128, torch.float32)
+    k = wide[:, 32:32 + case.head_dim]
+    geom = case.geom
+    want = random_pool(geom, rng)
+    pool = device_pool(want, device)
+    slot_t = torch.from_numpy(np.stack([slots, -np.ones_like(slots)], axis=1)).to(device)[:, 0]
+    hw.indexer_k_quant_and_cache(wide.to(device)[:, 32:32 + case.head_dim], cache_view(pool, geom), slot_t,
+                                 kv_dtype="mxfp4", layout=case.layout, scale_rule=case.scale_rule)
+    values, scales = sim.mxfp4.quantize(k.contiguous().numpy(), scale_rule=case.scale_rule)
+    sim.layout.write_tokens(want, geom, slots, values, scales)
+    assert_exact(pool.cpu().numpy(), want, "pool bytes")
+
+
+@pytest.mark.parametrize("case", [CACHE_CASES[0], CACHE_CASES[7]], ids=["fp8", "mxfp4_tiled"])
+def test_k_quant_and_cache_skips_slots_past_the_view(case, device):
+    """Slots >= num_pages * P are not written (the hot path masks them; nothing outside the view changes)."""
+    rng = np.random.default_rng(9)
+    geom = case.geom
+    slots = _slots(rng, geom, case.num_tokens)
+    hw_slots = slots.copy()
+    past = rng.choice(np.flatnonzero(slots >= 0), size=4, replace=False)
+    hw_slots[past] = geom.num_pages * geom.page_size + rng.integers(0, 2**40, size=4)
+    sim_slots = hw_slots.copy()
+    sim_slots[past] = -1
+    _write_and_compare(case, device, sim_slots, hostile_rows(rng, case.num_tokens, case.head_dim, torch.float32),
+                       hw_slots)
+
+
+def test_k_quant_and_cache_empty(device):
+    geom = CACHE_CASES[3].geom
+    want = random_pool(geom, np.random.default_rng(0))
+    pool = device_pool(want, device)
+    hw.indexer_k_quant_and_cache(torch.zeros(0, 32, device=device), cache_view(pool, geom),
+                                 torch.zeros(0, dtype=torch.int64, device=device), kv_dtype="mxfp4")
+    assert_exact(pool.cpu().numpy(), want, "pool bytes")
+
+
+# ---------------------------------------------------------------------------------------------- rejections
+GOOD_PAGE_BYTES = 16 * (32 + 2)  # the valid call's page: P = 16 tokens of D/2 + D/32 bytes (D = 64)
+
+
+def _good_args(device):
+    """A valid call (mxfp4, D = 64, P = 16, 2 pages) as a dict of keyword arguments."""
+    geom = PageGeometry("mxfp4", 16, 64, 2)
+    assert geom.page_bytes == GOOD_PAGE_BYTES
+    pool = torch.zeros(geom.pool_bytes + 64, dtype=torch.uint8, device=device)
+    return dict(k=torch.zeros(4, 64, device=device), kv_cache=cache_view(pool, geom),
+                slot_mapping=torch.arange(4, device=device), kv_dtype="mxfp4", layout=None, scale_rule="rceil")
+
+
+def _strided_cache(args, page_stride, offset=0):
+    view = args["kv_cache"]
+    return view.as_strided(view.shape, (page_stride, *view.stride()[1:]), view.storage_offset() + offset)
+
+
+BAD_WRITER_ARGS = {
+    "k dtype": (lambda a: {**a, "k": a["k"].double()}, "k must have dtype"),
+    "k 3-D": (lambda a: {**a, "k": a["k"][None]}, "k must be 2-D"),
+    "k head dim": (lambda a: {**a, "k": torch.zeros(4, 48)}, "kv_cache: head dim"),
+    "slot dtype": (lambda a: {**a, "slot_mapping": a["slot_mapping"].int()}, "slot_mapping must have dtype"),
+    "slot shape": (lambda a: {**a, "slot_mapping": a["slot_mapping"][:3]}, "slot_mapping must have shape"),
+    "cache dtype": (lambda a: {**a, "kv_cache": a["kv_cache"].view(torch.int8)}, "kv_cache must have dtype"),
+    "bytes per token (fp8 cache, mxfp4 call)": (lambda a: {**a, "kv_dtype": "fp8"}, r"\[num_pages, P, 1, 68\]"),
+    "kv_dtype": (lambda a: {**a, "kv_dtype": "fp4"}, "kv_dtype must be one of"),
+    "layout of another format": (lambda a: {**a, "layout": "fp8"}, "layout 'fp8' is not valid for mxfp4"),
+    "tiled with D = 64": (lambda a: {**a, "layout": "mxfp4_tiled"}, "multiple of 128"),
+    "scale rule": (lambda a: {**a, "scale_rule": "nearest"}, "scale_rule must be one of"),
+    "page stride not a multiple of 16": (lambda a: {**a, "kv_cache": _strided_cache(a, GOOD_PAGE_BYTES + 8)},
+                                         "multiple of 16"),
+    "page stride below the page": (lambda a: {**a, "kv_cache": _strided_cache(a, GOOD_PAGE_BYTES - 16)}, "page stride"),
+    "view offset not a multiple of 16": (lambda a: {**a, "kv_cache": _strided_cache(a, GOOD_PAGE_BYTES, 8)},
+                                         "16-byte boundary"),
+    "token stride": (lambda a: {**a, "kv_cache": a["kv_cache"].as_strided(
+        a["kv_cache"].shape, (GOOD_PAGE_BYTES, 35, 35, 1))}, r"stride\(1\)"),
+    "k not a tensor": (lambda a: {**a, "k": np.zeros((4, 64), np.float32)}, "k must be a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_WRITER_ARGS))
+def test_writer_rejects(name, device):
+    make, match = BAD_WRITER_ARGS[name]
+    with pytest.raises(ValueError, match=match):
+        hw.indexer_k_quant_and_cache(**make(_good_args(device)))
+
+
+def test_writer_rejects_scale_rule_for_fp8(device):
+    geom = PageGeometry("fp8", 16, 32, 1)
+    pool = torch.zeros(geom.pool_bytes, dtype=torch.uint8, device=device)
+    with pytest.raises(ValueError, match="scale_rule applies to mxfp4 only"):
+        hw.indexer_k_quant_and_cache(torch.zeros(2, 32, device=device), cache_view(pool, geom),
+                                     torch.arange(2, device=device), kv_dtype="fp8", scale_rule="floor")
+
+
+def test_writer_rejects_device_mismatch(device):
+    """Checked on the host before any launch, so a "meta" tensor stands in for a second device."""
+    args = _good_args(device)
+    with pytest.raises(ValueError, match="share a device"):
+        hw.indexer_k_quant_and_cache(**{**args, "slot_mapping": args["slot_mapping"].to("meta")})
+
+
+BAD_Q_ARGS = {
+    "q dtype": (lambda q, w: (q.to(torch.float64), w), "q must have dtype"),
+    "q 1-D": (lambda q, w: (q[0, 0], w), "at least 2-D"),
+    "q head dim": (lambda q, w: (q[..., :48], w), "multiple of 32"),
+    "q rows not mergeable": (lambda q, w: (q.transpose(0, 1), w.t()), "mergeable"),
+    "weights shape": (lambda q, w: (q, w[:, :2]), "weights must have shape"),
+    "weights dtype": (lambda q, w: (q, w.to(torch.float64)), "weights must have dtype"),
+    "weights device": (lambda q, w: (q, w.to("meta")), "share a device"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_Q_ARGS))
+def test_q_quantizers_reject(name, device):
+    q, w = BAD_Q_ARGS[name][0](torch.zeros(3, 4, 64, device=device), torch.zeros(3, 4, device=device))
+    match = BAD_Q_ARGS[name][1]
+    with pytest.raises(ValueError, match=match):
+        hw.quantize_q_fp8(q, w)
+    if not name.startswith("weights"):
+        with pytest.raises(ValueError, match=match):
+            hw.quantize_q_mxfp4(q)
+    with pytest.raises(ValueError, match="scale_rule must be one of"):
+        hw.quantize_q_mxfp4(torch.zeros(3, 4, 64, device=device), scale_rule="round")
