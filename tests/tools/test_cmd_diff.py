@@ -1,0 +1,141 @@
+"""`mxidx diff`: a small --quick subset passes through the CLI, and planted kernel bugs are reported as failures.
+
+conftest.py sets TRITON_INTERPRET=1 before hw/ is imported, so CliRunner can run the command in-process; the planted
+bugs wrap the real hw entry points (looked up at call time by tools.difftest.Env.call).
+"""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import hw
+from tools import difftest
+from tools.cmd_diff import diff
+
+QUICK_SUBSET = ("writer-mxfp4-D32-P16-fp32", "qq-fp8-H3-D64-bf16", "gather-tiled-D128-P16", "topk-R6-W300-k64")
+
+
+def run_diff(device, *args):
+    result = CliRunner().invoke(diff, ["--device", device.type, *args])
+    return result, result.output
+
+
+def run_json(device, *cases):
+    args = [a for c in cases for a in ("--case", c)]
+    result, _ = run_diff(device, "--json", *args)
+    # stdout holds the JSON document after any progress lines CliRunner mixed in from stderr
+    out = result.stdout
+    return result.exit_code, {r["name"]: r for r in json.loads(out[out.index("["):])}
+
+
+def test_matrix_is_well_formed():
+    names = [c.name for c in difftest.ALL_CASES]
+    assert len(names) == len(set(names))
+    quick = difftest.select_cases(quick=True)
+    kinds = {c.kind for c in quick}
+    assert kinds == {"writer", "quant_q", "gather", "prefill", "decode", "topk", "large_address"}
+    assert {id(c) for c in quick} & {id(c) for c in difftest.LARGE_ADDRESS}
+    assert {id(c) for c in quick} & {id(c) for c in difftest.CORNER}
+    assert len(difftest.select_cases(quick=False)) == len(names)
+
+
+def test_list_and_unknown_case(device):
+    result, out = run_diff(device, "--list", "--quick")
+    assert result.exit_code == 0 and all(c.name in out for c in difftest.select_cases(quick=True))
+    result, out = run_diff(device, "--case", "no-such-case")
+    assert result.exit_code == 2 and "matches no case" in out
+
+
+def test_quick_subset_passes(device):
+    code, results = run_json(device, *QUICK_SUBSET)
+    assert {n: r["status"] for n, r in results.items()} == {n: difftest.PASS for n in QUICK_SUBSET}
+    assert code == 0
+
+
+def test_table_reports_each_case(device):
+    result, out = run_diff(device, "--case", QUICK_SUBSET[0])
+    assert result.exit_code == 0
+    assert "1 passed, 0 failed of 1" in out and QUICK_SUBSET[0] in out
+
+
+def test_planted_writer_byte_flip_fails(device, monkeypatch):
+    real = hw.indexer_k_quant_and_cache
+
+    def flipped(k, kv_cache, slot_mapping, **kw):
+        real(k, kv_cache, slot_mapping, **kw)
+        slot = int(slot_mapping[slot_mapping >= 0][0])
+        P = kv_cache.shape[1]
+        kv_cache[slot // P, slot % P, 0, -1] ^= 0x01   # one byte of a page that was written
+
+    monkeypatch.setattr(hw, "indexer_k_quant_and_cache", flipped)
+    code, results = run_json(device, "writer-mxfp4-D32-P16-fp32")
+    r = results["writer-mxfp4-D32-P16-fp32"]
+    assert code == 1 and r["status"] == difftest.FAIL
+    assert "1 of" in r["detail"] and "first at pool byte" in r["detail"]
+
+
+def test_planted_scorer_error_fails(device, monkeypatch):
+    real = hw.fp8_fp4_paged_mqa_logits
+
+    def off_by_a_little(*args, **kw):
+        out = real(*args, **kw)
+        out[-1, 0] *= 1 + 1e-4      # row 3 (context 40) column 0 is visible; 1e-4 relative >> the fp32 bound
+        return out
+
+    monkeypatch.setattr(hw, "fp8_fp4_paged_mqa_logits", off_by_a_little)
+    code, results = run_json(device, "decode-mxfp4-D64-P16-H3")
+    r = results["decode-mxfp4-D64-P16-H3"]
+    assert code == 1 and r["status"] == difftest.FAIL and "first violation" in r["detail"]
+
+
+def test_planted_relu_swallowing_nan_fails(device, monkeypatch):
+    """The Triton tl.maximum(x, 0) pitfall of DESIGN §4: NaN logits turned into numbers."""
+    real = hw.fp8_fp4_paged_mqa_logits
+    monkeypatch.setattr(hw, "fp8_fp4_paged_mqa_logits",
+                        lambda *a, **kw: real(*a, **kw).nan_to_num(nan=0.0, posinf=np.inf, neginf=-np.inf))
+    code, results = run_json(device, "decode-mxfp4-nan-k")
+    assert code == 1 and results["decode-mxfp4-nan-k"]["status"] == difftest.FAIL
+
+
+def test_planted_topk_swap_fails(device, monkeypatch):
+    real = hw.top_k_per_row
+
+    def swapped(logits, lengths, k):
+        out = real(logits, lengths, k).clone()
+        out[0, [0, 1]] = out[0, [1, 0]]
+        return out
+
+    monkeypatch.setattr(hw, "top_k_per_row", swapped)
+    code, results = run_json(device, "topk-R6-W300-k64")
+    r = results["topk-R6-W300-k64"]
+    assert code == 1 and r["status"] == difftest.FAIL and "row 0" in r["detail"]
+
+
+@pytest.mark.parametrize("error", [NotImplementedError, RuntimeError])
+def test_missing_or_crashing_kernel_is_a_failure(device, monkeypatch, error):
+    def broken(*args, **kw):
+        raise error("planted")
+
+    monkeypatch.setattr(hw, "cp_gather_indexer_k_quant_cache", broken)
+    code, results = run_json(device, "gather-fp8-D64-P16")
+    want = difftest.UNAVAILABLE if error is NotImplementedError else difftest.FAIL
+    assert code == 1 and results["gather-fp8-D64-P16"]["status"] == want
+
+
+def test_hostile_values_reach_the_edges():
+    """The corner fixtures must keep exercising DESIGN §1's edges, or the corner cases silently turn benign."""
+    import sim.fp8
+    import sim.mxfp4
+
+    x = difftest.hostile_values(np.random.default_rng(7), 24, 64)
+    scales = {rule: sim.mxfp4.quantize(x, scale_rule=rule)[1] for rule in ("floor", "rceil", "even", "ceil")}
+    rceil = scales["rceil"]
+    assert (rceil == 255).any()                            # non-finite blocks
+    assert (rceil == 1).any()                              # subnormal amax clamped to min_scale_byte
+    assert (rceil[rceil < 255] >= 253).any()               # amax near the fp32 maximum
+    for rule in ("floor", "even", "ceil"):
+        assert (scales[rule] != rceil).any(), rule         # blocks on each rule's boundary
+    values, row_scales = sim.fp8.quantize(x)
+    assert np.isnan(row_scales).any() and row_scales[3] == 1.0
+    assert np.isfinite(row_scales[1]) and (values[1] == 0).all()   # zero row: finite scale, zero values
