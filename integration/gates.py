@@ -1,0 +1,194 @@
+"""Capability gates: run MXFP4 only where it is known to work, else fall back to FP8 (DESIGN §5, §6).
+
+Gates, in the order they are evaluated (cheap first; the self-check launches kernels):
+
+    architecture  gfx950 (native scaled MFMA), NVIDIA sm_90 or newer (Triton's dot_scaled decomposition), or the
+                  CPU through the Triton interpreter. Anything else (gfx942, sm_80, a CPU without the
+                  interpreter) falls back.
+    triton        compiled backends need tl.dot_scaled (triton >= 3.3); the CPU interpreter runs it from 3.8.
+    geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
+                  P % 4 == 0 holds for every page size). Geometry no format supports is a ValueError from
+                  IndexerGeometry, not a fallback.
+    self_check    a one-time run of the MXFP4 kernels against sim/ on a tiny case (integration.selfcheck).
+
+A failed gate selects FP8 and logs one warning naming the gate and the reason. The decision is a GateDecision
+(the config that runs, the failed gate, the reason). Every input is injectable (Platform, the self-check
+callable) so tests can simulate other architectures and versions.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from hw._cache_view import PAGE_SIZES, check_head_dim
+
+from .config import IndexerConfig
+
+log = logging.getLogger(__name__)
+
+GATES = ("architecture", "triton", "geometry", "self_check")
+MIN_TRITON_COMPILED = (3, 3)      # tl.dot_scaled in compiled backends
+MIN_TRITON_INTERPRETER = (3, 8)   # tl.dot_scaled in the CPU interpreter
+NATIVE_ARCHS = ("gfx950",)        # scaled MFMA v_mfma_scale_f32_*_f8f6f4
+MIN_NVIDIA_MAJOR = 9              # sm_90 (Hopper) and newer: dot_scaled through Triton's decomposition
+TILED_HEAD_DIM_MULTIPLE = 128
+
+
+@dataclass(frozen=True)
+class IndexerGeometry:
+    """Shape of one indexer layer: H heads of head dim D, P tokens per cache page.
+
+    Raises ValueError for geometry that no format supports (D not a multiple of 32 in 32..256, P not in
+    16/32/64/128/256, H < 1).
+    """
+
+    num_heads: int
+    head_dim: int
+    page_size: int
+
+    def __post_init__(self):
+        if not isinstance(self.num_heads, int) or self.num_heads < 1:
+            raise ValueError(f"num_heads must be a positive int, got {self.num_heads!r}")
+        check_head_dim("head_dim", self.head_dim, "mxfp4")
+        if self.page_size not in PAGE_SIZES:
+            raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size!r}")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The gate inputs that describe the machine.
+
+    device_type: "cuda" (NVIDIA or AMD through torch.cuda) or "cpu"
+    arch:        "gfx950", "gfx942", "sm_90", "sm_100", "cpu", ...
+    triton_version: e.g. "3.6.0" (local suffixes such as "+git1234" are ignored)
+    interpreter: TRITON_INTERPRET=1 was set before hw/ was imported
+    """
+
+    device_type: str
+    arch: str
+    triton_version: str
+    interpreter: bool
+
+    @classmethod
+    def detect(cls, device: torch.device | str) -> "Platform":
+        import triton
+
+        device = torch.device(device)
+        interpreter = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        if device.type == "cpu":
+            return cls("cpu", "cpu", triton.__version__, interpreter)
+        if device.type != "cuda":
+            return cls(device.type, device.type, triton.__version__, interpreter)
+        props = torch.cuda.get_device_properties(device)
+        if torch.version.hip:
+            arch = props.gcnArchName.split(":")[0]          # "gfx950:sramecc+:xnack-" -> "gfx950"
+        else:
+            arch = f"sm_{props.major}{props.minor}"
+        return cls("cuda", arch, triton.__version__, interpreter)
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What runs and why. `config` is the requested config, or the FP8 default after a failed gate."""
+
+    requested: IndexerConfig
+    config: IndexerConfig
+    failed_gate: str | None     # one of GATES, or None
+    reason: str
+
+    @property
+    def fell_back(self) -> bool:
+        return self.failed_gate is not None
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.config.kv_dtype
+
+    @property
+    def layout(self) -> str:
+        return self.config.resolved_layout
+
+    def describe(self) -> str:
+        if self.fell_back:
+            return f"fp8 (fallback: {self.failed_gate} gate: {self.reason})"
+        return f"{self.kv_dtype} (layout {self.layout}; {self.reason})"
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """"3.6.0+git9e1f" -> (3, 6, 0). ValueError if it does not start with a dotted number."""
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", text)
+    if not m:
+        raise ValueError(f"cannot parse a version from {text!r}")
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def check_architecture(platform: Platform) -> str | None:
+    """None if MXFP4 kernels run on this architecture, else the reason."""
+    if platform.device_type == "cpu":
+        if platform.interpreter:
+            return None
+        return ("kernels run on the CPU only through the Triton interpreter; set TRITON_INTERPRET=1 before "
+                "importing hw (tools.runtime.choose_device does)")
+    if platform.arch in NATIVE_ARCHS:
+        return None
+    m = re.fullmatch(r"sm_(\d+?)(\d)", platform.arch)
+    if m and int(m.group(1)) >= MIN_NVIDIA_MAJOR:
+        return None
+    return (f"architecture {platform.arch} is not supported: MXFP4 needs gfx950 (native) or NVIDIA "
+            f"sm_{MIN_NVIDIA_MAJOR}0+ (Triton's dot_scaled decomposition)")
+
+
+def check_triton(platform: Platform) -> str | None:
+    """None if the Triton version has what the MXFP4 kernels need, else the reason."""
+    version = parse_version(platform.triton_version)
+    cpu = platform.device_type == "cpu"
+    need = MIN_TRITON_INTERPRETER if cpu else MIN_TRITON_COMPILED
+    if version >= need:
+        return None
+    where = "the CPU interpreter" if cpu else "compiled backends"
+    return (f"triton {platform.triton_version} is too old: tl.dot_scaled in {where} needs triton >= "
+            f"{'.'.join(map(str, need))}")
+
+
+def check_geometry(config: IndexerConfig, geometry: IndexerGeometry) -> str | None:
+    """None if the MXFP4 layout supports this geometry, else the reason."""
+    if config.resolved_layout == "mxfp4_tiled" and geometry.head_dim % TILED_HEAD_DIM_MULTIPLE:
+        return (f"layout mxfp4_tiled needs a head dim that is a multiple of {TILED_HEAD_DIM_MULTIPLE}, "
+                f"got {geometry.head_dim}")
+    return None
+
+
+SelfCheck = Callable[[IndexerConfig, IndexerGeometry, torch.device], "str | None"]
+
+
+def decide(config: IndexerConfig, geometry: IndexerGeometry, device: torch.device | str, *,
+           platform: Platform | None = None, self_check: SelfCheck | None = None) -> GateDecision:
+    """Run the gates for `config` on `device` and return the decision.
+
+    FP8 requested: no gates (FP8 is the default path). MXFP4 requested: the first failing gate selects FP8 and
+    logs one warning. `platform` defaults to Platform.detect(device); `self_check` to
+    integration.selfcheck.run_self_check (cached: it runs once per config, geometry and device).
+    """
+    device = torch.device(device)
+    if config.kv_dtype == "fp8":
+        return GateDecision(config, config, None, "requested")
+    platform = platform or Platform.detect(device)
+    if self_check is None:
+        from .selfcheck import run_self_check as self_check
+    checks = (
+        ("architecture", lambda: check_architecture(platform)),
+        ("triton", lambda: check_triton(platform)),
+        ("geometry", lambda: check_geometry(config, geometry)),
+        ("self_check", lambda: self_check(config, geometry, device)),
+    )
+    for gate, check in checks:
+        reason = check()
+        if reason is not None:
+            log.warning("MXFP4 indexer disabled by the %s gate: %s; falling back to FP8", gate, reason)
+            return GateDecision(config, IndexerConfig(), gate, reason)
+    return GateDecision(config, config, None, f"all gates passed on {platform.arch}")

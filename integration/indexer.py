@@ -1,0 +1,171 @@
+"""The sparse-indexer hook: one call per layer and step, the same for FP8 and MXFP4 (DESIGN §6, §8).
+
+Its inputs mirror what a serving engine's sparse-indexer op receives:
+
+    q        bfloat16[T, H, D]   rotated, RoPE'd indexer queries of the T new tokens
+    k        bfloat16[T, D]      their indexer keys
+    weights  float32[T, H]       per-head weights (already scaled by softmax_scale * H^-0.5)
+    metadata PrefillMetadata | DecodeMetadata
+
+and it returns int32[T, top_k]: for each new token the positions (token index within its request, 0-based) of the
+top_k keys it should attend to, ordered by logit (desc), padded with -1 when fewer than top_k are visible.
+
+Per call: K is quantized and written into this layer's cache view (hw.indexer_k_quant_and_cache); q is quantized
+(FP8: hw.quantize_q_fp8 folds its per-(token, head) scale into the weights; MXFP4: hw.quantize_q_mxfp4); then
+
+    prefill: the request's K is gathered from the pages (hw.cp_gather_indexer_k_quant_cache) and scored by
+             hw.fp8_fp4_mqa_logits with causal ranges [0, position + 1); top-k by those lengths.
+    decode:  hw.fp8_fp4_paged_mqa_logits reads the pages directly with the step's shared DecodeSchedule,
+             clean_logits=False and the output width fixed at the model's max_context_len; top-k masks by the
+             schedule's row lengths. Every tensor has a fixed shape, so the call can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+import hw
+from hw._checks import check_tensor
+
+from .gates import GateDecision
+from .schedule import DecodeSchedule
+
+
+@dataclass(frozen=True)
+class PrefillMetadata:
+    """A batch of prefill chunks, one per request b (eager: lengths are host ints).
+
+    Request b's new tokens are rows sum(query_lens[:b]) ..+query_lens[b] of q/k/weights; they sit at positions
+    seq_lens[b] - query_lens[b] .. seq_lens[b] - 1, so earlier chunks of the request are already in the cache.
+    slot_mapping int64[T]: cache slot (page * P + token) of each new token, < 0 skips the write.
+    block_table int32[B, max_pages]: physical pages of each request (entries past its seq_len unused).
+    """
+
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.seq_lens) != len(self.query_lens) or len(self.seq_lens) != self.block_table.shape[0]:
+            raise ValueError(f"seq_lens ({len(self.seq_lens)}), query_lens ({len(self.query_lens)}) and "
+                             f"block_table rows ({self.block_table.shape[0]}) must all count the requests")
+        for b, (s, n) in enumerate(zip(self.seq_lens, self.query_lens)):
+            if not 0 <= n <= s:
+                raise ValueError(f"request {b}: need 0 <= query_lens <= seq_lens, got {n} and {s}")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
+
+
+@dataclass(frozen=True)
+class DecodeMetadata:
+    """One decode step of B requests with N = schedule.next_n new tokens each (T = B * N rows, request-major).
+
+    slot_mapping int64[B * N]; block_table int32[B, max_pages]; schedule: this step's DecodeSchedule, already
+    updated (once for all layers). For CUDA graphs all three are fixed buffers updated in place.
+    """
+
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor
+    schedule: DecodeSchedule
+
+
+class SparseIndexer:
+    """The hook of one indexer layer.
+
+    decision:        the gate decision (what format and layout run)
+    kv_cache:        this layer's view, uint8[num_pages, P, 1, bytes_per_token] (integration.pool)
+    top_k:           indices returned per token
+    max_context_len: width of the decode logits (the model's maximum context)
+    """
+
+    def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int):
+        if top_k < 1 or max_context_len < 1:
+            raise ValueError(f"top_k and max_context_len must be positive, got {top_k} and {max_context_len}")
+        self.kv_dtype = decision.kv_dtype
+        self.layout = decision.layout
+        self.scale_rule = decision.config.scale_rule
+        self.kv_cache = kv_cache
+        self.top_k = top_k
+        self.max_context_len = max_context_len
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor,
+                 metadata: PrefillMetadata | DecodeMetadata) -> torch.Tensor:
+        if not isinstance(metadata, (PrefillMetadata, DecodeMetadata)):
+            raise ValueError(f"metadata must be PrefillMetadata or DecodeMetadata, got {type(metadata).__name__}")
+        check_tensor("q", q, dtypes=torch.bfloat16, ndim=3)
+        num_tokens, num_heads, head_dim = q.shape
+        check_tensor("k", k, dtypes=torch.bfloat16, shape=(num_tokens, head_dim))
+        check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads))
+        check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,))
+        if isinstance(metadata, PrefillMetadata):
+            expected, what = metadata.num_tokens, "the prefill metadata counts"
+        else:
+            sched = metadata.schedule
+            self._check_schedule(sched, metadata.block_table)
+            expected = sched.batch_size * sched.next_n
+            what = f"a decode step of {sched.batch_size} requests x next_n {sched.next_n} needs"
+        if num_tokens != expected:
+            raise ValueError(f"q has {num_tokens} tokens, but {what} {expected}")
+        # everything is checked before the cache is touched
+        hw.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, kv_dtype=self.kv_dtype,
+                                     layout=self.layout, scale_rule=self.scale_rule)
+        q_pair, weights = self._quantize_q(q, weights)
+        if isinstance(metadata, PrefillMetadata):
+            return self._prefill(q_pair, weights, metadata)
+        return self._decode(q_pair, weights, metadata)
+
+    def _check_schedule(self, sched: DecodeSchedule, block_table: torch.Tensor) -> None:
+        """The schedule's row lengths must describe exactly the logits this hook computes: same page size, width
+        and block-table width (else top-k could read columns the scorer never wrote, clean_logits being False)."""
+        page_size = self.kv_cache.shape[1]
+        if (sched.page_size, sched.max_context_len) != (page_size, self.max_context_len):
+            raise ValueError(f"the DecodeSchedule was built for page size {sched.page_size} and max_context_len "
+                             f"{sched.max_context_len}; this layer has {page_size} and {self.max_context_len}")
+        check_tensor("block_table", block_table, dtypes=torch.int32, shape=(sched.batch_size, sched.max_pages))
+
+    def _quantize_q(self, q: torch.Tensor, weights: torch.Tensor):
+        """-> ((values, scales|None), weights): FP8 folds q's scale into the weights, MXFP4 keeps them."""
+        if self.kv_dtype == "fp8":
+            values, folded = hw.quantize_q_fp8(q, weights)
+            return (values, None), folded
+        return hw.quantize_q_mxfp4(q, scale_rule=self.scale_rule), weights
+
+    def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:
+        device = weights.device
+        out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=device)
+        first_key = (0, *itertools.accumulate(meta.seq_lens))   # request b's keys: first_key[b] .. first_key[b+1]
+        cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
+        kv_values, kv_scales = hw.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
+                                                                  layout=self.layout, num_tokens=first_key[-1])
+        q_values, q_scales = q_pair
+        row = 0
+        for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
+            if query_len == 0:
+                continue
+            rows = slice(row, row + query_len)
+            keys = slice(first_key[b], first_key[b + 1])
+            # query i of the chunk sits at position seq_len - query_len + i and sees keys 0 .. position
+            ends = torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32, device=device)
+            starts = torch.zeros_like(ends)
+            logits = hw.fp8_fp4_mqa_logits(
+                (q_values[rows], None if q_scales is None else q_scales[rows]),
+                (kv_values[keys], kv_scales[keys]), weights[rows], starts, ends, clean_logits=False)
+            out[rows] = hw.top_k_per_row(logits, ends, self.top_k)
+            row += query_len
+        return out
+
+    def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata) -> torch.Tensor:
+        sched = meta.schedule
+        batch, next_n = sched.batch_size, sched.next_n
+        q_values, q_scales = q_pair
+        q_4d = (q_values.view(batch, next_n, *q_values.shape[1:]),
+                None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
+        logits = hw.fp8_fp4_paged_mqa_logits(q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
+                                             sched.schedule_meta, self.max_context_len, clean_logits=False,
+                                             layout=self.layout)
+        return hw.top_k_per_row(logits, sched.row_lengths, self.top_k)

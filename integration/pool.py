@@ -1,0 +1,102 @@
+"""One uint8 page pool for every indexer layer, with zero-copy per-layer cache views (DESIGN §2, §6, §8).
+
+Byte map of the pool (page-major, as engines that co-locate per-page data lay out their shared pools):
+
+    pool[b * S + extra_bytes_per_page + l * L .. + page_bytes)    the indexer page b of layer l
+
+    S  = page stride: extra_bytes_per_page + num_layers * L, or larger if the caller asks
+    L  = page_bytes = P * bytes_per_token (a multiple of 16: every page size P is)
+    extra_bytes_per_page (a multiple of 16): other per-page data (e.g. the attention KV page) the pool holds in
+         front of the indexer pages; it makes the page stride larger than the indexer page
+
+A physical page id b therefore names the same page slot in every layer, so one block table serves all layers.
+Layer l's cache is `torch.as_strided(pool, (num_pages, P, 1, bytes_per_token), (S, bpt, bpt, 1), offset_l)` with
+offset_l = extra_bytes_per_page + l * L: the uint8[num_pages, P, 1, bytes_per_token] view of DESIGN §8 (stride(0) =
+S). The 4-D shape fixes only the page's size and stride; inside a page the bytes are block-planar or tiled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hw._cache_view import bytes_per_token, resolve_layout
+from hw._checks import PAGE_STRIDE_ALIGN
+
+UNUSED_FILL = 0xFF   # fresh pools are NaN-poisoned: a read of an unwritten page shows up as NaN, never as 0
+
+
+def cache_bytes_per_token(kv_dtype: str, head_dim: int) -> int:
+    """Indexer K-cache bytes per token and layer: fp8 D + 4 (values + fp32 scale), mxfp4 D/2 + D/32."""
+    resolve_layout(kv_dtype, None)
+    return bytes_per_token(kv_dtype, head_dim)
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """Byte geometry of a pool (no tensor): see the module docstring."""
+
+    kv_dtype: str
+    layout: str
+    num_layers: int
+    num_pages: int
+    page_size: int
+    head_dim: int
+    extra_bytes_per_page: int = 0
+    page_stride: int | None = None   # None: the smallest stride that holds every layer's page (+ extra bytes)
+
+    def __post_init__(self):
+        object.__setattr__(self, "layout", resolve_layout(self.kv_dtype, self.layout))
+        for name in ("num_layers", "num_pages", "page_size", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.extra_bytes_per_page < 0 or self.extra_bytes_per_page % PAGE_STRIDE_ALIGN:
+            raise ValueError(f"extra_bytes_per_page must be a non-negative multiple of {PAGE_STRIDE_ALIGN} "
+                             f"(view offsets are 16-byte aligned), got {self.extra_bytes_per_page}")
+        need = self.extra_bytes_per_page + self.num_layers * self.page_bytes
+        if self.page_stride is None:
+            object.__setattr__(self, "page_stride", need)
+        elif self.page_stride < need or self.page_stride % PAGE_STRIDE_ALIGN:
+            raise ValueError(f"page_stride must be a multiple of {PAGE_STRIDE_ALIGN} and >= {need} bytes (extra "
+                             f"bytes + {self.num_layers} layer pages of {self.page_bytes}), got {self.page_stride}")
+
+    @property
+    def bytes_per_token(self) -> int:
+        return bytes_per_token(self.kv_dtype, self.head_dim)
+
+    @property
+    def page_bytes(self) -> int:
+        return self.page_size * self.bytes_per_token
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.num_pages * self.page_stride
+
+    def view_offset(self, layer: int) -> int:
+        """Byte offset of layer `layer`'s page 0 in the pool (a multiple of 16)."""
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in 0..{self.num_layers - 1}, got {layer}")
+        return self.extra_bytes_per_page + layer * self.page_bytes
+
+
+class IndexerPool:
+    """The pool tensor and its per-layer views.
+
+    pool:  uint8[pool_bytes] on `device`, filled with 0xFF
+    views: views[l] is layer l's kv_cache, uint8[num_pages, P, 1, bytes_per_token], stride (S, bpt, bpt, 1),
+           aliasing pool[view_offset(l) + b * S ...] (no copy)
+    """
+
+    def __init__(self, layout: PoolLayout, device: torch.device | str):
+        self.layout = layout
+        self.pool = torch.full((layout.pool_bytes,), UNUSED_FILL, dtype=torch.uint8, device=device)
+        bpt = layout.bytes_per_token
+        shape = (layout.num_pages, layout.page_size, 1, bpt)
+        strides = (layout.page_stride, bpt, bpt, 1)
+        self.views = tuple(torch.as_strided(self.pool, shape, strides, layout.view_offset(l))
+                           for l in range(layout.num_layers))
+
+    def view(self, layer: int) -> torch.Tensor:
+        self.layout.view_offset(layer)   # range check with a clear message
+        return self.views[layer]

@@ -1,0 +1,132 @@
+"""Capability gates: each one forces the FP8 fallback on simulated platforms, with one warning naming it."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pytest
+
+from integration.config import IndexerConfig
+from integration.gates import GATES, IndexerGeometry, Platform, decide, parse_version
+
+MXFP4 = IndexerConfig("mxfp4")
+TILED = IndexerConfig("mxfp4", "mxfp4_tiled")
+GEOMETRY = IndexerGeometry(num_heads=8, head_dim=128, page_size=64)
+GFX950 = Platform("cuda", "gfx950", "3.4.0", interpreter=False)
+
+
+def _passing_self_check(config, geometry, device):
+    return None
+
+
+def _decide(config=MXFP4, geometry=GEOMETRY, platform=GFX950, self_check=_passing_self_check):
+    return decide(config, geometry, "cpu", platform=platform, self_check=self_check)
+
+
+@dataclass(frozen=True)
+class FallbackCase:
+    name: str
+    gate: str
+    reason: str                  # a fragment of the reason
+    platform: Platform = GFX950
+    config: IndexerConfig = MXFP4
+    geometry: IndexerGeometry = GEOMETRY
+    self_check_reason: str | None = None
+
+    def __str__(self):
+        return self.name
+
+
+FALLBACKS = [
+    FallbackCase("gfx942", "architecture", "gfx942 is not supported", Platform("cuda", "gfx942", "3.6.0", False)),
+    FallbackCase("ampere", "architecture", "sm_80 is not supported", Platform("cuda", "sm_80", "3.6.0", False)),
+    FallbackCase("cpu-no-interpreter", "architecture", "TRITON_INTERPRET=1", Platform("cpu", "cpu", "3.9.0", False)),
+    FallbackCase("hopper-old-triton", "triton", "triton 3.2.0 is too old: tl.dot_scaled in compiled backends needs "
+                 "triton >= 3.3", Platform("cuda", "sm_90", "3.2.0", False)),
+    FallbackCase("interpreter-old-triton", "triton", "in the CPU interpreter needs triton >= 3.8",
+                 Platform("cpu", "cpu", "3.7.1", True)),
+    FallbackCase("tiled-head-dim", "geometry", "multiple of 128, got 64", config=TILED,
+                 geometry=IndexerGeometry(8, 64, 64)),
+    FallbackCase("tiled-head-dim-96", "geometry", "multiple of 128, got 96", config=TILED,
+                 geometry=IndexerGeometry(8, 96, 16)),
+    FallbackCase("self-check", "self_check", "q codes differ from sim", self_check_reason="q codes differ from sim"),
+]
+
+
+@pytest.mark.parametrize("case", FALLBACKS, ids=str)
+def test_each_gate_forces_the_fp8_fallback(case: FallbackCase, caplog):
+    with caplog.at_level(logging.WARNING, logger="integration.gates"):
+        decision = _decide(case.config, case.geometry, case.platform,
+                           lambda config, geometry, device: case.self_check_reason)
+    assert decision.fell_back and decision.failed_gate == case.gate
+    assert decision.kv_dtype == "fp8" and decision.layout == "fp8" and decision.config == IndexerConfig()
+    assert decision.requested == case.config
+    assert case.reason in decision.reason
+    assert [r.getMessage() for r in caplog.records] == [
+        f"MXFP4 indexer disabled by the {case.gate} gate: {decision.reason}; falling back to FP8"]
+    assert case.gate in decision.describe() and decision.reason in decision.describe()
+
+
+@pytest.mark.parametrize("platform", [GFX950, Platform("cuda", "sm_90", "3.3.0", False),
+                                      Platform("cuda", "sm_100", "3.6.0+git1a2b", False),
+                                      Platform("cuda", "sm_120", "3.9.0", False),
+                                      Platform("cpu", "cpu", "3.8.0", True)], ids=lambda p: p.arch)
+def test_supported_platforms_keep_mxfp4(platform, caplog):
+    with caplog.at_level(logging.WARNING, logger="integration.gates"):
+        decision = _decide(TILED, platform=platform)
+    assert not decision.fell_back and decision.failed_gate is None
+    assert (decision.kv_dtype, decision.layout) == ("mxfp4", "mxfp4_tiled")
+    assert caplog.records == []
+
+
+def test_gates_run_in_order_and_stop_at_the_first_failure():
+    calls = []
+
+    def self_check(config, geometry, device):
+        calls.append(config)
+        return None
+
+    old = Platform("cuda", "gfx942", "3.0.0", False)   # fails the architecture *and* the triton gate
+    assert _decide(platform=old, self_check=self_check).failed_gate == "architecture"
+    assert calls == []                                  # the expensive self-check never ran
+    assert _decide(self_check=self_check).failed_gate is None
+    assert calls == [MXFP4]
+    assert GATES == ("architecture", "triton", "geometry", "self_check")
+
+
+def test_fp8_requested_runs_no_gate(caplog):
+    def self_check(config, geometry, device):
+        raise AssertionError("FP8 needs no self-check")
+
+    with caplog.at_level(logging.WARNING, logger="integration.gates"):
+        decision = _decide(IndexerConfig(), platform=Platform("cuda", "gfx942", "3.0.0", False),
+                           self_check=self_check)
+    assert (decision.kv_dtype, decision.fell_back, decision.reason) == ("fp8", False, "requested")
+    assert caplog.records == []
+
+
+def test_platform_detect_on_the_cpu(monkeypatch):
+    import triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert Platform.detect("cpu") == Platform("cpu", "cpu", triton.__version__, True)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not Platform.detect("cpu").interpreter
+
+
+def test_parse_version():
+    assert parse_version("3.6.0+git9e1f") == (3, 6, 0)
+    assert parse_version("3.10") == (3, 10)
+    with pytest.raises(ValueError, match="cannot parse a version"):
+        parse_version("main")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_heads=0, head_dim=128, page_size=64), "num_heads must be a positive int"),
+    (dict(num_heads=8, head_dim=48, page_size=64), "head dim must be a multiple of 32"),
+    (dict(num_heads=8, head_dim=288, page_size=64), "head dim must be a multiple of 32"),
+    (dict(num_heads=8, head_dim=128, page_size=48), "page_size must be one of"),
+])
+def test_geometry_no_format_supports_is_an_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        IndexerGeometry(**kwargs)

@@ -1,0 +1,210 @@
+"""The SparseIndexer hook: one call for FP8 and MXFP4, prefill (chunked) and decode, against sim/.
+
+Each case runs a batch of two requests through a two-layer pool (the hook writes layer 1, whose view starts past
+other per-page bytes and layer 0's page), with shuffled physical pages, out-of-range sentinels past each request's
+last page, a chunked prefill (the second chunk sees the first through the cache), a request with no new tokens in
+a chunk, and decode steps. Checks: the whole pool equals sim's writer byte for byte (so layer 0 and the other
+per-page bytes are untouched), and every top-k row agrees with the float64 reference up to near-ties (the fp32
+bound of DESIGN §4 with n = D, which covers every MXFP4 path including the interpreter's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import hw
+from integration.config import IndexerConfig
+from integration.gates import GateDecision
+from integration.indexer import DecodeMetadata, PrefillMetadata, SparseIndexer
+from integration.pool import IndexerPool, PoolLayout
+from integration.schedule import DecodeSchedule
+from sim import layout as sim_layout
+from sim import scorer as sim_scorer
+
+from ._reference import assert_topk_within_bound, sim_geometry, sim_k, sim_q
+
+pytestmark = pytest.mark.interp
+
+TOP_K = 8
+SENTINEL = 1 << 30
+BLOCK_TABLE = ((5, 2, SENTINEL), (7, SENTINEL, SENTINEL))   # request 0 spans 2 pages, request 1 one
+NUM_PAGES = 8
+CHUNKS = (((12, 12), (7, 7)), ((20, 8), (7, 0)))            # per prefill call: (seq_len, query_len) per request
+DECODE_STEPS = 2
+
+
+@dataclass(frozen=True)
+class HookCase:
+    kv_dtype: str
+    layout: str | None
+    head_dim: int
+    page_size: int
+    heads: int
+    scale_rule: str = "rceil"
+
+    def __str__(self):
+        return f"{self.layout or self.kv_dtype}-D{self.head_dim}-P{self.page_size}-H{self.heads}-{self.scale_rule}"
+
+
+CASES = [
+    HookCase("fp8", None, 64, 16, 3),                      # 68 bytes/token: the same as mxfp4 at D = 128
+    HookCase("mxfp4", None, 128, 16, 3),
+    HookCase("mxfp4", "mxfp4_tiled", 128, 16, 4, "even"),
+    HookCase("mxfp4", None, 32, 32, 1),
+]
+
+
+def _decision(case: HookCase) -> GateDecision:
+    config = IndexerConfig(case.kv_dtype, case.layout, case.scale_rule)
+    return GateDecision(config, config, None, "test")
+
+
+def _slots(block_table: np.ndarray, page: int, request: int, positions: np.ndarray) -> np.ndarray:
+    return block_table[request, positions // page].astype(np.int64) * page + positions % page
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_hook_prefill_and_decode_match_sim(case: HookCase, device):
+    rng = np.random.default_rng(7)
+    page, dim, heads = case.page_size, case.head_dim, case.heads
+    pool_layout = PoolLayout(case.kv_dtype, case.layout, 2, NUM_PAGES, page, dim, extra_bytes_per_page=32)
+    pool = IndexerPool(pool_layout, device)
+    geom = sim_geometry(pool_layout, 1)
+    max_context = len(BLOCK_TABLE[0]) * page
+    hook = SparseIndexer(_decision(case), pool.view(1), top_k=TOP_K, max_context_len=max_context)
+    block_table = np.array(BLOCK_TABLE, dtype=np.int32)
+    bt_dev = torch.from_numpy(block_table).to(device)
+    expected_pool = np.full(pool_layout.pool_bytes, 0xFF, dtype=np.uint8)
+
+    def inputs(n):
+        q = torch.from_numpy(rng.standard_normal((n, heads, dim), dtype=np.float32)).to(torch.bfloat16)
+        k = torch.from_numpy(rng.standard_normal((n, dim), dtype=np.float32)).to(torch.bfloat16)
+        w = torch.from_numpy(rng.standard_normal((n, heads), dtype=np.float32))
+        return q, k, w
+
+    def write_expected(k, slots):
+        sim_layout.write_tokens(expected_pool, geom, slots, *sim_k(k, case.kv_dtype, case.scale_rule))
+
+    def pool_bytes():
+        return pool.pool.cpu().numpy()
+
+    for chunk in CHUNKS:
+        seq_lens, query_lens = zip(*chunk)
+        positions = [np.arange(s - n, s) for s, n in chunk]
+        slots = np.concatenate([_slots(block_table, page, b, p) for b, p in enumerate(positions)])
+        q, k, w = inputs(len(slots))
+        meta = PrefillMetadata(torch.from_numpy(slots).to(device), bt_dev, seq_lens, query_lens)
+        got = hook(q.to(device), k.to(device), w.to(device), meta)
+        write_expected(k, slots)
+        np.testing.assert_array_equal(pool_bytes(), expected_pool, err_msg="pool after a prefill chunk")
+        q64, w64 = sim_q(q, w, case.kv_dtype, case.scale_rule)
+        row = 0
+        for b, (seq_len, query_len) in enumerate(chunk):
+            rows = slice(row, row + query_len)
+            k64 = sim_scorer.read_keys(expected_pool, geom, block_table[b], seq_len)
+            ends = positions[b] + 1
+            args = (q64[rows], k64, w64[rows], np.zeros_like(ends), ends)
+            assert_topk_within_bound(got[rows], sim_scorer.prefill_logits(*args),
+                                     sim_scorer.prefill_error_bound(*args, n_roundings=dim), ends, TOP_K,
+                                     f"prefill request {b}")
+            row += query_len
+
+    schedule = DecodeSchedule(2, block_table.shape[1], page, max_context, device)
+    context = np.array([s for s, _ in CHUNKS[-1]], dtype=np.int32)
+    for _ in range(DECODE_STEPS):
+        slots = np.array([_slots(block_table, page, b, np.array([context[b]]))[0] for b in range(2)])
+        context += 1
+        schedule.update(torch.from_numpy(context).to(device))
+        q, k, w = inputs(2)
+        got = hook(q.to(device), k.to(device), w.to(device),
+                   DecodeMetadata(torch.from_numpy(slots).to(device), bt_dev, schedule))
+        write_expected(k, slots)
+        np.testing.assert_array_equal(pool_bytes(), expected_pool, err_msg="pool after a decode step")
+        q64, w64 = sim_q(q, w, case.kv_dtype, case.scale_rule)
+        args = (q64.reshape(2, 1, heads, dim), expected_pool, geom, w64, context, block_table, max_context)
+        visible = sim_scorer.decode_visible(context, 1, max_context, block_table.shape[1], page)
+        assert_topk_within_bound(got, sim_scorer.decode_logits(*args),
+                                 sim_scorer.decode_error_bound(*args, n_roundings=dim), visible, TOP_K, "decode")
+
+
+def test_hook_rejects_bad_inputs(device):
+    case = CASES[1]
+    pool_layout = PoolLayout(case.kv_dtype, None, 1, NUM_PAGES, case.page_size, case.head_dim)
+    hook = SparseIndexer(_decision(case), IndexerPool(pool_layout, device).view(0), top_k=4, max_context_len=32)
+    q = torch.zeros(3, case.heads, case.head_dim, dtype=torch.bfloat16, device=device)
+    k = torch.zeros(3, case.head_dim, dtype=torch.bfloat16, device=device)
+    w = torch.zeros(3, case.heads, device=device)
+    bt = torch.zeros(1, 2, dtype=torch.int32, device=device)
+    slots = torch.arange(3, device=device)
+    meta = PrefillMetadata(slots, bt, (3,), (3,))
+    with pytest.raises(ValueError, match="q must have dtype"):
+        hook(q.float(), k, w, meta)
+    with pytest.raises(ValueError, match="k must have shape"):
+        hook(q, k[:2], w, meta)
+    with pytest.raises(ValueError, match="weights must have dtype"):
+        hook(q, k, w.double(), meta)
+    with pytest.raises(ValueError, match="slot_mapping must have dtype"):
+        hook(q, k, w, PrefillMetadata(slots.int(), bt, (3,), (3,)))
+    with pytest.raises(ValueError, match="prefill metadata counts 2"):
+        hook(q, k, w, PrefillMetadata(slots, bt, (3,), (2,)))
+    with pytest.raises(ValueError, match="metadata must be PrefillMetadata or DecodeMetadata"):
+        hook(q, k, w, object())
+    with pytest.raises(ValueError, match="query_lens <= seq_lens"):
+        PrefillMetadata(slots, bt, (2,), (3,))
+    with pytest.raises(ValueError, match="must all count the requests"):
+        PrefillMetadata(slots, bt, (3, 1), (3, 1))
+    schedule = DecodeSchedule(1, 2, case.page_size, 32, device)
+    with pytest.raises(ValueError, match="next_n 1 needs 1"):
+        hook(q, k, w, DecodeMetadata(slots, bt, schedule))
+    with pytest.raises(ValueError, match=r"block_table must have shape \[1, 2\]"):
+        hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[:1], bt[:, :1], schedule))
+    with pytest.raises(ValueError, match="built for page size 16 and max_context_len 64; this layer has 16 and 32"):
+        hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[:1], bt, DecodeSchedule(1, 2, case.page_size, 64, device)))
+    with pytest.raises(ValueError, match="top_k and max_context_len must be positive"):
+        SparseIndexer(_decision(case), hook.kv_cache, top_k=0, max_context_len=32)
+
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=str)
+def test_hook_decode_with_next_n_2(case: HookCase, device):
+    """Two new tokens per request and step (MTP drafts): row b*2 + n sees context_lens[b] - 1 + n tokens."""
+    rng = np.random.default_rng(11)
+    page, dim, heads, next_n = case.page_size, case.head_dim, case.heads, 2
+    pool_layout = PoolLayout(case.kv_dtype, case.layout, 1, NUM_PAGES, page, dim, extra_bytes_per_page=16)
+    pool = IndexerPool(pool_layout, device)
+    geom = sim_geometry(pool_layout, 0)
+    block_table = np.array(BLOCK_TABLE, dtype=np.int32)
+    max_context = block_table.shape[1] * page
+    hook = SparseIndexer(_decision(case), pool.view(0), top_k=TOP_K, max_context_len=max_context)
+    context = np.array([page + 5, next_n], dtype=np.int32)       # request 1: only this step's two tokens
+    expected_pool = np.full(pool_layout.pool_bytes, 0xFF, dtype=np.uint8)
+
+    def write(positions_per_request, k):
+        """Expect k at these positions; returns their slots (on the device) for the kernel write."""
+        slots = np.concatenate([_slots(block_table, page, b, p) for b, p in enumerate(positions_per_request)])
+        sim_layout.write_tokens(expected_pool, geom, slots, *sim_k(k, case.kv_dtype, case.scale_rule))
+        return torch.from_numpy(slots).to(device)
+
+    def randn(*shape):
+        return torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+
+    history = [np.arange(c - next_n) for c in context]
+    k_history = randn(sum(h.size for h in history), dim).to(torch.bfloat16)
+    hw.indexer_k_quant_and_cache(k_history.to(device), pool.view(0), write(history, k_history),
+                                 kv_dtype=case.kv_dtype, layout=pool_layout.layout, scale_rule=case.scale_rule)
+    schedule = DecodeSchedule(2, block_table.shape[1], page, max_context, device, next_n=next_n)
+    schedule.update(torch.from_numpy(context).to(device))
+    q, k, w = randn(4, heads, dim).to(torch.bfloat16), randn(4, dim).to(torch.bfloat16), randn(4, heads)
+    step_slots = write([np.arange(c - next_n, c) for c in context], k)
+    meta = DecodeMetadata(step_slots, torch.from_numpy(block_table).to(device), schedule)
+    got = hook(q.to(device), k.to(device), w.to(device), meta)
+    np.testing.assert_array_equal(pool.pool.cpu().numpy(), expected_pool, err_msg="pool after the step")
+    q64, w64 = sim_q(q, w, case.kv_dtype, case.scale_rule)
+    args = (q64.reshape(2, next_n, heads, dim), expected_pool, geom, w64, context, block_table, max_context)
+    visible = sim_scorer.decode_visible(context, next_n, max_context, block_table.shape[1], page)
+    assert visible.tolist() == [page + 4, page + 5, 1, 2]
+    assert_topk_within_bound(got, sim_scorer.decode_logits(*args),
+                             sim_scorer.decode_error_bound(*args, n_roundings=dim), visible, TOP_K, "decode N=2")

@@ -1,0 +1,79 @@
+"""The one-time self-check against sim/: it passes on the real kernels, fails (naming the kernel) on a broken one,
+and runs once per configuration."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hw
+from integration import selfcheck
+from integration.config import IndexerConfig
+from integration.gates import IndexerGeometry, decide
+
+pytestmark = pytest.mark.interp
+
+GEOMETRY = IndexerGeometry(num_heads=3, head_dim=128, page_size=16)
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(selfcheck, "_results", {})
+
+
+@pytest.mark.parametrize("config", [IndexerConfig("mxfp4"), IndexerConfig("mxfp4", "mxfp4_tiled", "floor")],
+                         ids=lambda c: c.resolved_layout)
+def test_real_kernels_pass_and_the_gate_keeps_mxfp4(config, device, fresh_cache):
+    assert selfcheck.run_self_check(config, GEOMETRY, device) is None
+    decision = decide(config, GEOMETRY, device)
+    assert (decision.kv_dtype, decision.layout, decision.fell_back) == ("mxfp4", config.resolved_layout, False)
+
+
+def test_runs_once_per_configuration(device, fresh_cache, monkeypatch):
+    calls = []
+    real = hw.quantize_q_mxfp4
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hw, "quantize_q_mxfp4", counting)
+    for _ in range(3):
+        assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device) is None
+    assert len(calls) == 1
+
+
+def test_a_kernel_that_disagrees_with_sim_fails_the_gate(device, fresh_cache, monkeypatch):
+    real = hw.quantize_q_mxfp4
+
+    def off_by_one_scale(q, scale_rule="rceil"):
+        codes, scales = real(q, scale_rule)
+        return codes, scales + 1
+
+    monkeypatch.setattr(hw, "quantize_q_mxfp4", off_by_one_scale)
+    reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device)
+    assert reason is not None
+    assert reason.startswith("hw.quantize_q_mxfp4: q scales: first difference from sim at (0, 0, 0)")
+    decision = decide(IndexerConfig("mxfp4"), GEOMETRY, device)
+    assert (decision.failed_gate, decision.kv_dtype, decision.reason) == ("self_check", "fp8", reason)
+
+
+def test_a_kernel_that_raises_fails_the_gate_with_its_name(device, fresh_cache, monkeypatch):
+    def missing(*args, **kwargs):
+        raise NotImplementedError("not written yet")
+
+    monkeypatch.setattr(hw, "fp8_fp4_paged_mqa_logits", missing)
+    reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device)
+    assert reason.startswith("NotImplementedError in missing (") and reason.endswith("not written yet")
+
+
+def test_a_wrong_logit_fails_the_gate(device, fresh_cache, monkeypatch):
+    real = hw.fp8_fp4_mqa_logits
+
+    def nudged(*args, **kwargs):
+        logits = real(*args, **kwargs)
+        logits[1, -1] = torch.nextafter(logits[1, -1], torch.tensor(float("inf"), device=logits.device)) * 1.001
+        return logits
+
+    monkeypatch.setattr(hw, "fp8_fp4_mqa_logits", nudged)
+    reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device)
+    assert reason.startswith("hw.fp8_fp4_mqa_logits outside the fp32 bound") and "first violation at (1, " in reason

@@ -1,0 +1,49 @@
+"""`mxidx demo` through the click entry point: a tiny run on the default device, and bad input."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tools.cli import main
+
+TINY = ["--layers", "1", "--prompt-len", "12", "--decode-steps", "1", "--heads", "2", "--top-k", "4"]
+
+
+@pytest.fixture(autouse=True)
+def keep_interpreter_setting(monkeypatch):
+    """choose_device writes TRITON_INTERPRET; restore it after each test."""
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+
+
+@pytest.mark.interp
+def test_demo_tiny_run():
+    """The demo shows MXFP4 by default."""
+    result = CliRunner().invoke(main, ["demo", *TINY])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "gate decision     mxfp4 (layout mxfp4; all gates passed" in out
+    assert "cache bytes/token fp8 132, mxfp4 68 per layer" in out
+    assert "recall@4 of mxfp4 vs the bf16 reference" in out
+    assert "with Hadamard" in out and "without Hadamard" in out
+    assert "[hadamard] decode: step 1/1" in out        # progress lines (stderr, mixed into output by CliRunner)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--attention-config", '{"indexer_kv_dtype": "int4"}'], "indexer_kv_dtype must be one of ['fp8', 'mxfp4']"),
+    (["--attention-config", "mxfp4"], "is not valid JSON"),
+    (["--attention-config", '{"dtype": "mxfp4"}'], "valid keys are ['indexer_kv_dtype'"),
+    (["--layers", "0"], "0 is not in the range x>=1"),
+    (["--device", "tpu"], "'tpu' is not one of 'auto', 'cuda', 'cpu'"),
+])
+def test_bad_input_is_a_usage_error(args, message):
+    result = CliRunner().invoke(main, ["demo", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when no GPU is present")
+def test_cuda_without_a_gpu_is_a_usage_error():
+    result = CliRunner().invoke(main, ["demo", "--device", "cuda"])
+    assert result.exit_code == 2 and "torch sees no GPU; use --device cpu" in result.output
