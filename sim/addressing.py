@@ -7,10 +7,15 @@ failure models give what a kernel that does *not* rebase would read:
     INT32_WRAP   the view-relative offset b*S + off is evaluated in signed 32-bit (two's-complement wrap) and added
                  to the view base; a pool index outside [0, pool size) is a fault (reported; read as 0).
     BUFFER_U32   an AMD buffer load: the offset is taken mod 2^32 from the view base, and offsets at or past the
-                 buffer's num_records, min(view_bytes, 2^32) by default, read 0. With that default a view longer
-                 than 2^32 has every wrapped offset in range, so pages past 2^32 silently read the bytes 2^32 lower;
-                 a smaller num_records (a descriptor built for a smaller range, e.g. 2^31 - 1 for offsets kept in
-                 int32) makes the pages past it read 0 instead: the zero-logit failure.
+                 buffer's num_records, min(view_bytes, 2^32) by default (DESIGN §3's rule), read 0.
+
+Why BUFFER_U32 takes `buffer_num_records`: with DESIGN §3's rule taken literally no byte of the view ever reads
+0. A wrapped offset (b*S + off) mod 2^32 is always below 2^32; a view of at most 2^32 bytes never wraps and every
+offset is below view_bytes, and a longer view has num_records = 2^32. So the default models the *silent* failure
+(pages past 2^32 read the bytes 2^32 lower, wrong data but no zeros), and the zero-read failure of FACTS.md (a
+scorer reading 0 past its range, then zero logits and top-k ties) needs a descriptor whose range is smaller than
+the view: e.g. buffer_num_records = 2^31 - 1 for offsets kept in int32, where the pages from 2^31 up to 2^32 read
+0 (past 2^32 the wrapped offsets are back in range and read wrong data again).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .formats import parse_choice
 from .layout import (PageGeometry, block_table_pages, check_block_table_row, check_pool, decode_token_bytes,
                      token_byte_offsets)
 
@@ -40,10 +46,8 @@ class AddressModel(str, enum.Enum):
 
 
 def as_address_model(model: "AddressModel | str") -> AddressModel:
-    try:
-        return AddressModel(model)
-    except ValueError:
-        raise ValueError(f"model must be one of {[m.value for m in AddressModel]}, got {model!r}") from None
+    """Parse an address model name; ValueError lists the valid choices."""
+    return parse_choice(AddressModel, model, "model")
 
 
 def _num_records(geom: PageGeometry, buffer_num_records: int | None) -> int:
@@ -65,6 +69,8 @@ def resolve_addresses(geom: PageGeometry, pool_size: int, relative, model: "Addr
     (BUFFER_U32 only): the buffer's range in bytes, default min(view_bytes, 2^32).
     """
     model = as_address_model(model)
+    if buffer_num_records is not None and model is not AddressModel.BUFFER_U32:
+        raise ValueError(f"buffer_num_records applies to the buffer_u32 model only, not {model.value}; drop it")
     records = _num_records(geom, buffer_num_records)
     relative = np.asarray(relative, dtype=np.int64)
     if model is AddressModel.REBASE64:

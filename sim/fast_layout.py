@@ -20,6 +20,7 @@ _E4M3_NAN_LOW7 = E4M3_NAN            # 0x7F and 0xFF: the low 7 bits all set
 _E2M1_MAGNITUDE = 0x7                # a code with zero magnitude bits is +-0
 _F32_EXP_MASK, _F32_MANT_MASK = 0x7F800000, 0x007FFFFF
 _UNWRITTEN = 0xFF                    # new_pool's fill: a token whose bytes are all 0xFF was never written
+_CODE_BYTES_PER_BLOCK = MX_BLOCK // 2  # token bytes 16g .. 16g + 15 hold block g's 32 codes (any layout)
 
 # Scan counters (indices into the int64 counts array that _scan_pages fills).
 TOKENS, UNWRITTEN_TOKENS, BLOCKS, NAN_SCALE_BLOCKS, ZERO_SCALE_NONZERO_BLOCKS, ZERO_SCALE_EMPTY_BLOCKS, \
@@ -168,7 +169,7 @@ def _scan_pages(pool, view_offset, stride, layout, P, D, pages, counts, first):
                     _note_first(first, page, t, g, NAN_SCALE_BLOCKS)
                 elif scale == 0:
                     nonzero = False
-                    for j in range(g * TILE_ROW_BYTES, (g + 1) * TILE_ROW_BYTES):
+                    for j in range(g * _CODE_BYTES_PER_BLOCK, (g + 1) * _CODE_BYTES_PER_BLOCK):
                         if buf[j] & _E2M1_MAGNITUDE or (buf[j] >> 4) & _E2M1_MAGNITUDE:
                             nonzero = True
                     if nonzero:

@@ -71,20 +71,34 @@ class Rounding(str, enum.Enum):
     """Round to nearest; a tie goes to the smaller magnitude (bucketize-style references)."""
 
 
+def parse_choice(enum_cls: type[enum.Enum], value, name: str):
+    """`value` (a member or its string value) as a member of the str-valued `enum_cls`; ValueError names the
+    argument `name` and lists the valid choices."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        raise ValueError(f"{name} must be one of {[m.value for m in enum_cls]}, got {value!r}") from None
+
+
 def as_scale_rule(rule: "ScaleRule | str") -> ScaleRule:
     """Parse a scale rule name; ValueError lists the valid choices."""
-    try:
-        return ScaleRule(rule)
-    except ValueError:
-        raise ValueError(f"scale_rule must be one of {[r.value for r in ScaleRule]}, got {rule!r}") from None
+    return parse_choice(ScaleRule, rule, "scale_rule")
 
 
 def as_rounding(rounding: "Rounding | str") -> Rounding:
     """Parse an element rounding name; ValueError lists the valid choices."""
+    return parse_choice(Rounding, rounding, "rounding")
+
+
+def check_output_dtype(dtype) -> np.dtype:
+    """The `dtype` argument of the dequantizers: np.float32 (what a kernel reads) or np.float64 (exact)."""
     try:
-        return Rounding(rounding)
-    except ValueError:
-        raise ValueError(f"rounding must be one of {[r.value for r in Rounding]}, got {rounding!r}") from None
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be np.float32 or np.float64 (exact), got {dtype}")
+    return dtype
 
 
 def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -95,8 +109,8 @@ def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def as_float32_input(x) -> np.ndarray:
-    """Accept float32, float16 or uint16 (bfloat16 bit patterns) and return exact float32 values.
+def as_float32_input(x, name: str = "x") -> np.ndarray:
+    """Accept float32, float16 or uint16 (bfloat16 bit patterns) and return exact float32 values (same shape).
 
     float64 is refused: the contract quantizes from fp32 values, and a silent rounding to fp32 would hide the
     caller's mistake. Convert explicitly with .astype(np.float32).
@@ -109,6 +123,6 @@ def as_float32_input(x) -> np.ndarray:
     if x.dtype == np.uint16:
         return bf16_bits_to_float32(x)
     raise ValueError(
-        f"input dtype must be float32, float16 or uint16 (bfloat16 bit patterns), got {x.dtype}; "
+        f"{name}: input dtype must be float32, float16 or uint16 (bfloat16 bit patterns), got {x.dtype}; "
         "convert with .astype(np.float32) (bfloat16 tensors: .view(torch.uint16).numpy())"
     )

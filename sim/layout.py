@@ -167,10 +167,9 @@ def _checked_index(name: str, x, limit: int) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind not in "iu":
         raise ValueError(f"{name} must be integers, got dtype {x.dtype}")
-    x = x.astype(np.int64)
-    if x.size and (x.min() < 0 or x.max() >= limit):
+    if x.size and (x.min() < 0 or x.max() >= limit):   # checked before the int64 cast, which wraps uint64
         raise ValueError(f"{name} must lie in [0, {limit}), got values in [{x.min()}, {x.max()}]")
-    return x
+    return x.astype(np.int64)
 
 
 def value_offset(geom: PageGeometry, t, d) -> np.ndarray:
@@ -318,11 +317,10 @@ def check_slot_mapping(geom: PageGeometry, slot_mapping) -> np.ndarray:
     slots = np.asarray(slot_mapping)
     if slots.ndim != 1 or slots.dtype.kind not in "iu":
         raise ValueError(f"slot_mapping must be a 1-D integer array, got {slots.dtype} {list(slots.shape)}")
-    slots = slots.astype(np.int64)
     limit = geom.num_pages * geom.page_size
-    if slots.size and slots.max() >= limit:
+    if slots.size and slots.max() >= limit:       # checked before the int64 cast: a huge uint64 must not wrap to a skip
         raise ValueError(f"slot_mapping has slot {slots.max()} >= num_pages * page_size = {limit}")
-    return slots
+    return slots.astype(np.int64)
 
 
 def write_tokens(pool: np.ndarray, geom: PageGeometry, slot_mapping, values, scales) -> None:
@@ -359,12 +357,12 @@ def check_block_table_row(geom: PageGeometry, block_table_row, num_tokens) -> tu
     if not 0 <= num_tokens <= row.size * P:
         raise ValueError(f"num_tokens must be in [0, len(block_table_row) * page_size = {row.size * P}], "
                          f"got {num_tokens}")
-    used = row[: -(-num_tokens // P)].astype(np.int64)
-    bad = np.flatnonzero((used < 0) | (used >= geom.num_pages))
+    used = row[: -(-num_tokens // P)]
+    bad = np.flatnonzero((used < 0) | (used >= geom.num_pages))   # before the int64 cast, which wraps uint64
     if bad.size:
         raise ValueError(f"block_table_row[{bad[0]}] = {used[bad[0]]} is not a page id in [0, {geom.num_pages}) "
                          f"and is needed for {num_tokens} tokens")
-    return used, num_tokens
+    return used.astype(np.int64), num_tokens
 
 
 def block_table_pages(geom: PageGeometry, block_table) -> tuple[np.ndarray, int]:

@@ -33,6 +33,7 @@ from sim.formats import (
     as_float32_input,
     as_rounding,
     as_scale_rule,
+    check_output_dtype,
 )
 
 _MAGNITUDES = np.array(E2M1_MAGNITUDES, dtype=np.float64)  # code 0..7, increasing
@@ -140,10 +141,7 @@ def unpack_nibbles(packed) -> np.ndarray:
 
 def check_quantize_args(x, min_scale_byte) -> np.ndarray:
     """Shared argument checks of the MXFP4 quantizers: returns x as float32 [..., D] (D % 32 == 0)."""
-    try:
-        x = as_float32_input(x)
-    except ValueError as err:
-        raise ValueError(f"x: {err}") from None
+    x = as_float32_input(x, "x")
     if x.ndim == 0 or x.shape[-1] == 0 or x.shape[-1] % MX_BLOCK:
         raise ValueError(f"x must have a last dimension that is a positive multiple of {MX_BLOCK}, got shape "
                          f"{x.shape}; pad the head dimension to a multiple of {MX_BLOCK}")
@@ -182,24 +180,23 @@ def quantize(x, *, scale_rule: "ScaleRule | str" = "rceil", rounding: "Rounding 
 
 def check_dequantize_args(codes, scales, dtype) -> tuple[np.ndarray, np.ndarray, np.dtype]:
     """Shared argument checks of the MXFP4 dequantizers."""
-    codes, scales, dtype = np.asarray(codes), np.asarray(scales), np.dtype(dtype)
+    codes, scales, dtype = np.asarray(codes), np.asarray(scales), check_output_dtype(dtype)
     if codes.dtype != np.uint8 or scales.dtype != np.uint8:
         raise ValueError(f"codes and scales must be uint8, got codes {codes.dtype}, scales {scales.dtype}")
     if codes.ndim == 0 or scales.ndim == 0 or codes.shape[:-1] != scales.shape[:-1] \
             or codes.shape[-1] != scales.shape[-1] * (MX_BLOCK // 2):
         raise ValueError(f"codes [..., D/2] and scales [..., D/32] must agree (codes.shape[-1] == 16 * "
                          f"scales.shape[-1], same leading dims), got codes {codes.shape}, scales {scales.shape}")
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be np.float32 or np.float64, got {dtype}")
     return codes, scales, dtype
 
 
 def dequantize(codes, scales, *, dtype=np.float32) -> np.ndarray:
     """MXFP4 (codes uint8[..., D/2], scales uint8[..., D/32]) -> dtype[..., D] (float32 or float64).
 
-    float64 is exact. float32 rounds nothing either (every value is 1..3 significant bits times 2^-128..2^129)
-    except that |value| >= 2^128 (possible for bytes >= 254 with codes >= 2.0) overflows to ±inf.
-    Byte 255 gives NaN for the whole block.
+    float64 is exact. float32 rounds nothing either (every value is 1..2 significant bits times 2^-128..2^129)
+    except that |value| >= 2^128 overflows to ±inf: byte 253 with |code value| >= 4, byte 254 with >= 2. A writer
+    produces such blocks only from amax >= 1.75 * 2^127 (byte 253; the maximum 2m >= 3.5 rounds to 4 under rne and
+    ties_away, so DESIGN §1's "> 1.75 * 2^127" is exact only for ties_to_zero). Byte 255: NaN for the whole block.
     """
     codes, scales, dtype = check_dequantize_args(codes, scales, dtype)
     values = decode_e2m1(unpack_nibbles(codes))

@@ -199,6 +199,13 @@ def _check_decode(q, geom, weights, context_lens, block_table, max_context_len):
     return q, weights, block_table, visible
 
 
+def _check_decode_pool(pool, geom):
+    """Checked before the per-sequence reads, so that their errors are only about block-table rows."""
+    if not isinstance(geom, layout.PageGeometry):
+        raise ValueError(f"geom must be a sim.layout.PageGeometry, got {type(geom).__name__}")
+    layout.check_pool(pool, geom)
+
+
 # ============================================================================================ scoring
 def _relu_keep_nan(x: np.ndarray) -> np.ndarray:
     return np.where((x > 0) | np.isnan(x), x, 0.0)
@@ -254,6 +261,7 @@ def _prefill(q, k, weights, ks, ke, fill: float, row_scorer: RowScorer, magnitud
 
 def _decode(q, pool, geom, weights, context_lens, block_table, max_context_len, fill: float,
             row_scorer: RowScorer, magnitude: bool = False) -> np.ndarray:
+    _check_decode_pool(pool, geom)
     q, weights, block_table, visible = _check_decode(q, geom, weights, context_lens, block_table, max_context_len)
     b, n = q.shape[:2]
     if magnitude:
@@ -265,7 +273,10 @@ def _decode(q, pool, geom, weights, context_lens, block_table, max_context_len, 
         num_tokens = int(visible[rows].max())
         if num_tokens == 0:
             continue
-        k = read_keys(pool, geom, block_table[seq], num_tokens)
+        try:
+            k = read_keys(pool, geom, block_table[seq], num_tokens)
+        except ValueError as err:   # say which sequence's row is bad
+            raise ValueError(f"block_table[{seq}]: {err}") from None
         if magnitude:
             k = np.abs(k)
         row_scorer(np.ascontiguousarray(q[seq]), k, np.ascontiguousarray(weights[rows]), zeros, visible[rows],

@@ -44,9 +44,14 @@ def _load_cache(path: str):
             if t.dim() != 4:
                 return t.contiguous().reshape(-1).numpy(), {}
             # A 4-D cache view [num_pages, P, 1, bytes_per_token] into a pool: verify it where it lies in the pool.
+            if t.shape[2] != 1 or t.stride(1) != t.shape[3] or t.stride(3) != 1:
+                raise BadInput(f"--cache: the saved cache view must be [num_pages, P, 1, bytes_per_token] with "
+                               f"stride(1) == bytes_per_token and stride(3) == 1 (DESIGN §8), got shape "
+                               f"{list(t.shape)}, strides {list(t.stride())}")
             storage = t.untyped_storage()
             flat = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),)).numpy()
-            return flat, {"num_pages": t.shape[0], "page_stride": t.stride(0), "view_offset": t.storage_offset()}
+            return flat, {"num_pages": t.shape[0], "page_stride": t.stride(0), "view_offset": t.storage_offset(),
+                          "page_size": t.shape[1], "bytes_per_token": t.shape[3]}
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
         raise BadInput(f"--cache: cannot read {path}: {e}") from None
@@ -68,8 +73,11 @@ def _load_block_table(path: str) -> np.ndarray:
 
 
 def _geometry(kv_dtype, layout, page_size, head_dim, page_stride, num_pages, view_offset, pool, hints):
-    """Build the geometry; options not given come from the .pt view, then (num_pages) from the pool size."""
-    given = {"page_stride": page_stride, "num_pages": num_pages, "view_offset": view_offset}
+    """Build the geometry; options not given come from the .pt view, then (num_pages) from the pool size. A .pt
+    view's page size and token size must agree with --page-size and --kv-dtype/--head-dim."""
+    hints = dict(hints)
+    view_token_bytes = hints.pop("bytes_per_token", None)
+    given = {"page_stride": page_stride, "num_pages": num_pages, "view_offset": view_offset, "page_size": page_size}
     for name, hint in hints.items():
         if given[name] is None:
             given[name] = hint
@@ -85,10 +93,14 @@ def _geometry(kv_dtype, layout, page_size, head_dim, page_stride, num_pages, vie
             if pool.size < one.pool_bytes:
                 raise BadInput(f"--cache holds {pool.size} bytes, less than one page at this --view-offset")
             given["num_pages"] = (pool.size - one.pool_bytes) // one.page_stride + 1
-        return PageGeometry(kv_dtype, page_size, head_dim, given["num_pages"], given["page_stride"], layout,
+        geom = PageGeometry(kv_dtype, page_size, head_dim, given["num_pages"], given["page_stride"], layout,
                             given["view_offset"])
     except ValueError as e:
         raise BadInput(f"invalid geometry: {e}") from None
+    if view_token_bytes is not None and view_token_bytes != geom.bytes_per_token:
+        raise BadInput(f"--head-dim {head_dim} gives {geom.bytes_per_token} bytes per token for {kv_dtype}, the saved "
+                       f"cache view has {view_token_bytes}")
+    return geom
 
 
 def _examples(geom: PageGeometry) -> list[dict]:

@@ -212,6 +212,23 @@ def test_buffer_u32_reads_zero_past_num_records(big):
             assert not got[0].any() and not got[1].any(), "page 1994 (past 2^31) should read zeros"
 
 
+@pytest.mark.parametrize("num_pages", [1996, 4281, 8000])   # past 2^31, past 2^32, wrapping past 2^31 again
+def test_buffer_u32_default_range_never_reads_zero(num_pages):
+    """The module docstring's argument, checked: with DESIGN §3's default num_records = min(view_bytes, 2^32) no
+    byte of the view reads 0 (views below 2^32 never wrap; longer ones wrap into range), so the silent failure of
+    the default is a wrong read, and only a smaller buffer_num_records produces zeros."""
+    geom = PageGeometry(num_pages=num_pages, **DESIGN_EXAMPLE)
+    pages = np.arange(num_pages, dtype=np.int64)[:, None] * geom.page_stride
+    relative = pages + np.array([0, geom.page_bytes - 1])               # first and last byte of every page
+    _, reads, faulted = addressing.resolve_addresses(geom, geom.pool_bytes, relative, AddressModel.BUFFER_U32)
+    assert reads.all() and not faulted.any()
+    _, reads, _ = addressing.resolve_addresses(geom, geom.pool_bytes, relative, AddressModel.BUFFER_U32,
+                                               buffer_num_records=2**31 - 1)
+    want = np.array([[int(r) % 2**32 < 2**31 - 1 for r in row] for row in relative.tolist()])   # Python ints
+    assert_exact(reads, want, "reads with num_records = 2^31 - 1")
+    assert not want.all() and want[:1994].all()      # pages reaching 2^31 (page 1994 on) read zeros
+
+
 def test_read_tokens_as_rejects():
     geom = PageGeometry("mxfp4", 16, 64, 4)
     pool = layout.new_pool(geom)
@@ -221,3 +238,5 @@ def test_read_tokens_as_rejects():
         read_tokens_as(pool, geom, np.array([4]), 1, AddressModel.REBASE64)
     with pytest.raises(ValueError, match="buffer_num_records must be an integer"):
         read_tokens_as(pool, geom, np.array([0]), 1, AddressModel.BUFFER_U32, buffer_num_records=2**33)
+    with pytest.raises(ValueError, match="buffer_num_records applies to the buffer_u32 model only"):
+        read_tokens_as(pool, geom, np.array([0]), 1, AddressModel.INT32_WRAP, buffer_num_records=2**31)

@@ -73,6 +73,16 @@ def test_mxfp4_quantize_matches_oracle(rule, rounding, min_scale_byte):
     assert_exact(codes, want_codes, f"codes {kw}")
 
 
+@pytest.mark.parametrize("min_scale_byte", [100, 254])
+def test_mxfp4_large_min_scale_byte_matches_oracle(min_scale_byte):
+    for rule in RULES:
+        kw = dict(scale_rule=rule, min_scale_byte=min_scale_byte)
+        codes, scales = fast_codecs.mxfp4_quantize(X, **kw)
+        want_codes, want_scales = mxfp4.quantize(X, **kw)
+        assert_exact(scales, want_scales, f"scales {kw}")
+        assert_exact(codes, want_codes, f"codes {kw}")
+
+
 @pytest.mark.parametrize("rule", RULES)
 def test_mxfp4_half_precision_inputs(rule):
     rng = np.random.default_rng(RULES.index(rule))

@@ -211,6 +211,19 @@ def test_dequantize_every_pattern_exact():
     assert_exact(fp8.dequantize(values, scales), want32, "float32")
 
 
+def test_top_binade_rounds_past_the_fp32_range():
+    """amax >= 1.9375 * 2^127: k = 120 and the maximum rounds up to 256 (0x78) -> 2^128, inf in float32 (documented
+    in dequantize); just below, 1.9375 * 2^127 - ulp rounds to 240 (0x77) and stays finite."""
+    x = np.array([[1.9375 * 2.0 ** 127, -1.0], [np.nextafter(np.float32(1.9375 * 2.0 ** 127), np.float32(0)), 1.0]],
+                 np.float32)
+    values, scales = fp8.quantize(x)
+    assert_exact(scales, np.array([2.0 ** 120, 2.0 ** 120], np.float32), "scales")
+    assert_exact(values[:, 0], np.array([0x78, 0x77], np.uint8), "the row maxima")
+    assert_exact(fp8.dequantize(values, scales, dtype=np.float64)[:, 0], np.array([2.0 ** 128, 240 * 2.0 ** 120]),
+                 "float64")
+    assert_exact(fp8.dequantize(values, scales)[:, 0], np.array([np.inf, 240 * 2.0 ** 120], np.float32), "float32")
+
+
 def test_quantize_dequantize_error_bound():
     """|x - dq(q(x))| <= half an e4m3 step of x's binade (relative 2^-4) or half the subnormal step."""
     rng = np.random.default_rng(9)
@@ -238,6 +251,8 @@ def test_rejections():
         fp8.dequantize(v, np.ones(3, np.float32))
     with pytest.raises(ValueError, match="dtype"):
         fp8.dequantize(v, s, dtype=np.float16)
+    with pytest.raises(ValueError, match="dtype must be np.float32 or np.float64"):
+        fp8.dequantize(v, s, dtype=[1, 2])
     with pytest.raises(ValueError, match="bits must be uint8"):
         fp8.decode_e4m3(np.array([1]))
     with pytest.raises(ValueError, match="finite"):

@@ -174,6 +174,7 @@ def test_value_and_scale_offsets_per_element(case):
     (layout.value_offset, (64, 0), "t must lie in"), (layout.value_offset, (0, 128), "d must lie in"),
     (layout.value_offset, (-1, 0), "t must lie in"), (layout.scale_offset, (0, 4), "g must lie in"),
     (layout.value_offset, (0.5, 0), "t must be integers"),
+    (layout.value_offset, (np.uint64(2**64 - 1), 0), r"t must lie in \[0, 64\), got values in \[18446744073709551615"),
 ])
 def test_offsets_reject_out_of_range(fn, args, message):
     with pytest.raises(ValueError, match=message):
@@ -289,6 +290,8 @@ def test_write_tokens_rejects(impl):
         write(pool, g, np.array([0, 64]), values, scales)
     with pytest.raises(ValueError, match="slot_mapping must be a 1-D integer array"):
         write(pool, g, np.array([0.0, 1.0]), values, scales)
+    with pytest.raises(ValueError, match="slot_mapping has slot 9223372036854775813 >= num_pages"):
+        write(pool, g, np.array([0, 2**63 + 5], np.uint64), values, scales)   # must not wrap to a negative skip
     with pytest.raises(ValueError, match=r"values must have shape \[3, 32\]"):
         write(pool, g, np.array([0, 1, 2]), values, scales)
     with pytest.raises(ValueError, match="pool has 100 bytes"):
@@ -340,6 +343,8 @@ def test_read_tokens_rejects(impl):
         read(pool, g, np.array([0, 4]), 17)
     with pytest.raises(ValueError, match=r"block_table_row\[0\] = -1"):
         read(pool, g, np.array([-1, 0]), 1)
+    with pytest.raises(ValueError, match=r"block_table_row\[0\] = 18446744073709551615 is not a page id"):
+        read(pool, g, np.array([2**64 - 1, 0], np.uint64), 1)
     with pytest.raises(ValueError, match="block_table_row must be a 1-D integer array"):
         read(pool, g, np.array([[0, 1]]), 1)
 

@@ -232,6 +232,40 @@ def test_rule_differences_at_the_thresholds():
         assert_exact(mxfp4.scale_exponent(amax, rule), np.array(s, dtype=np.int32), rule)
 
 
+def test_top_binade_literal_bytes():
+    """E = 127, the largest fp32 binade: every rule's bump lands on byte 253 (s = 126), never on the 254 clamp,
+    so no fp32 input is ever written with byte 254 (which only a decoder sees); floor stays at 252 and clips."""
+    x = np.zeros((4, 32), np.float32)
+    x[:, 0] = np.array([1.0, 1.5 + F32_ULP_AT_1, 1.75, 2.0 - F32_ULP_AT_1]) * np.float32(2.0 ** 127)
+    # (byte, code of the block max): byte 252 -> element 4m (m = 1: 4.0 = code 6; above 1.5: > 6, saturates to
+    # code 7), byte 253 -> element 2m (1.5+ulp: 3.0 = code 5; 1.75: the tie 3.5 -> 4.0 = code 6; 2-ulp: 4.0).
+    want = {"floor": ([252, 252, 252, 252], [6, 7, 7, 7]), "rceil": ([252, 253, 253, 253], [6, 5, 6, 6]),
+            "even": ([252, 252, 253, 253], [6, 7, 6, 6]), "ceil": ([252, 253, 253, 253], [6, 5, 6, 6])}
+    for rule, (bytes_, max_codes) in want.items():
+        codes, scales = mxfp4.quantize(x, scale_rule=rule)
+        assert_exact(scales[:, 0], np.array(bytes_, np.uint8), f"{rule} bytes at E = 127", context=x[:, 0])
+        assert_exact(codes[:, 0] & 0xF, np.array(max_codes, np.uint8), f"{rule} block-max codes at E = 127")
+    assert mxfp4.quantize(np.full((1, 32), np.finfo(np.float32).max), scale_rule="ceil")[1][0, 0] == 253
+    # amax = 1.75 * 2^127 (row 2): the tie 3.5 -> 4.0 at byte 253 is 2^128, past fp32 (ties_to_zero: 3.0, finite)
+    for rounding, want in (("rne", np.inf), ("ties_away", np.inf), ("ties_to_zero", 1.5 * 2.0 ** 127)):
+        codes, scales = mxfp4.quantize(x[2:3], rounding=rounding)
+        assert mxfp4.dequantize(codes, scales)[0, 0] == np.float32(want), rounding
+        assert mxfp4.dequantize(codes, scales, dtype=np.float64)[0, 0] == (2.0 ** 128 if want == np.inf else want)
+
+
+@pytest.mark.parametrize("min_scale_byte", [120, 254])
+def test_large_min_scale_byte_clamps_and_encodes_at_the_clamped_scale(min_scale_byte):
+    """min_scale_byte well above the natural byte: scale = the clamp, elements encoded at it (mostly to ±0)."""
+    x = np.zeros((AMAX.size, 32), dtype=np.float32)
+    x[:, 0] = AMAX
+    x[:, 1] = -AMAX / np.float32(3)
+    codes, scales = mxfp4.quantize(x, min_scale_byte=min_scale_byte)
+    want_codes, want_scales = ref_quantize(x, "rceil", "rne", min_scale_byte)
+    assert_exact(scales, want_scales, "scales", context=x[:, 0])
+    assert_exact(codes, want_codes, "codes", context=x[:, 0])
+    assert (scales >= min_scale_byte).all()
+
+
 # ---------------------------------------------------------------------------------------- whole blocks
 def _random_rows(rng, n, d=64) -> np.ndarray:
     x = rng.standard_normal((n, d)) * np.exp2(rng.integers(-40, 40, (n, 1)))
@@ -268,7 +302,7 @@ def test_quantize_matches_exact_reference(rule, rounding, min_scale_byte):
     assert_exact(codes, want_codes, "codes")
 
 
-@pytest.mark.parametrize("min_scale_byte", [0, 1])
+@pytest.mark.parametrize("min_scale_byte", [0, 1, 200])
 def test_zero_blocks(min_scale_byte):
     x = np.zeros((2, 64), dtype=np.float32)
     x[1, 1::2] = -0.0                       # odd elements -0.0 -> high nibbles 0x8
@@ -277,7 +311,7 @@ def test_zero_blocks(min_scale_byte):
     assert_exact(scales[:, 0], np.array([min_scale_byte] * 2, dtype=np.uint8), "zero-block byte")
     assert_exact(codes[0], np.zeros(32, dtype=np.uint8), "+0 block codes")
     assert_exact(codes[1, :16], np.full(16, 0x80, dtype=np.uint8), "±0 block codes (sign in the high nibble)")
-    assert scales[1, 1] == 127 - 1, "3.0 under rceil: E = 1, m = 1.5 -> s = -1"
+    assert scales[1, 1] == max(127 - 1, min_scale_byte), "3.0 under rceil: E = 1, m = 1.5 -> s = -1 (or the clamp)"
 
 
 @pytest.mark.parametrize("position", [0, 13, 31])
@@ -370,6 +404,8 @@ def test_other_rejections():
         mxfp4.dequantize(codes, np.zeros((3, 1), np.uint8))
     with pytest.raises(ValueError, match="dtype"):
         mxfp4.dequantize(codes, scales, dtype=np.float16)
+    with pytest.raises(ValueError, match="dtype must be np.float32 or np.float64"):
+        mxfp4.dequantize(codes, scales, dtype="not a dtype")
     with pytest.raises(ValueError, match="NaN"):
         mxfp4.encode_e2m1(np.array([1.0, np.nan]))
     with pytest.raises(ValueError, match="0..15"):

@@ -385,7 +385,11 @@ def test_decode_and_helpers_reject():
         (dict(max_context_len=-1), "max_context_len must be >= 0"),
         (dict(max_context_len=True), "max_context_len must be an int"),
         (dict(block_table=np.where(np.arange(table.shape[1]) == 0, 10 ** 6, table).astype(np.int32)),
-         "not a page id"),
+         r"block_table\[0\]: block_table_row\[0\] = 1000000 is not a page id"),
+    ]
+    rejections += [
+        (dict(pool=pool[:-1]), r"^pool has \d+ bytes, the geometry needs"),
+        (dict(geom=(geom.kv_dtype, geom.page_size)), "geom must be a sim.layout.PageGeometry"),
     ]
     for over, match in rejections:
         with pytest.raises(ValueError, match=match):

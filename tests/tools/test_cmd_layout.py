@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from sim import layout, mxfp4
+from sim import fp8, layout, mxfp4
 from sim.layout import PageGeometry
 from tools.cli import main
 
@@ -166,3 +166,43 @@ def test_bad_files_exit_2(tmp_path):
 def test_click_usage_errors_exit_2(args):
     r = run(*args)
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("geometry_args, view_strides, view_offset, message", [
+    (["--page-size", 32, "--head-dim", 64], (2240, 68, 68, 1), 32, "--head-dim 64 gives 34 bytes per token"),
+    (["--page-size", 16, "--head-dim", 128], (2240, 68, 68, 1), 32, "--page-size 16 disagrees with the saved cache"),
+    (["--page-size", 32, "--head-dim", 128], (2240, 69, 69, 1), 0, "stride(1) == bytes_per_token"),
+])
+def test_pt_cache_view_must_match_the_geometry(tmp_path, geometry_args, view_strides, view_offset, message):
+    """A 4-D view [num_pages, P, 1, bytes_per_token] (DESIGN §8) whose P, token size or token stride disagree
+    with the options would be decoded as garbage: exit 2 naming the option instead."""
+    torch = pytest.importorskip("torch")
+    path, _, _ = saved_cache(tmp_path)
+    pool = torch.from_numpy(np.load(path))
+    view = torch.as_strided(pool, (6, 32, 1, 68), view_strides, view_offset)
+    torch.save(view, tmp_path / "view.pt")
+    r = run("--kv-dtype", "mxfp4", *geometry_args, "--cache", tmp_path / "view.pt")
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_verify_fp8_cache(tmp_path):
+    """FP8 pools through the CLI: canonical writer output is clean (exit 0); one NaN value byte -> exit 1."""
+    rng = np.random.default_rng(1)
+    geom = PageGeometry("fp8", 16, 64, 4, page_stride=1152)
+    pool = layout.new_pool(geom)
+    slots = rng.permutation(64)[:40]
+    x = rng.standard_normal((40, 64)).astype(np.float32)
+    layout.write_tokens(pool, geom, slots, *fp8.quantize(x))
+    np.save(tmp_path / "fp8.npy", pool)
+    args = ["--kv-dtype", "fp8", "--page-size", 16, "--head-dim", 64, "--page-stride", 1152]
+    r = run(*args, "--cache", tmp_path / "fp8.npy", "--json")
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)["verify"]
+    assert v["clean"] and v["tokens"] == 64 and v["unwritten_tokens"] == 24
+    page, t = divmod(int(slots[7]), 16)
+    pool[page * 1152 + int(layout.value_offset(geom, t, 5))] = 0xFF
+    np.save(tmp_path / "fp8.npy", pool)
+    r = run(*args, "--cache", tmp_path / "fp8.npy")
+    assert r.exit_code == 1, r.output
+    assert f"first: fp8_nan_value at page {page}, token {t}, element 5" in r.stdout
