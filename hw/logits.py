@@ -1,13 +1,294 @@
-"""Placeholder: being written."""
+"""Indexer scorer launchers (DESIGN §4, §5, §8): ragged prefill logits, the decode schedule, paged decode logits.
+
+    logits[r, j] = sum_h weights[r, h] * relu(q[r, h, :] . k[j, :])      (relu keeps NaN)
+
+q is a (values, scales) pair:
+  FP8    (float8_e4m3fn [..., H, D], None); the per-(token, head) q scale is folded into `weights`.
+  MXFP4  (uint8 [..., H, D/2] codes, even element d in the low nibble, uint8 [..., H, D/32] E8M0 scales); with
+         D = 128 the scales may be int32 [..., H, 1] (the same 4 bytes, little-endian: block g in byte g).
+The K format follows q's: FP8 keys carry one fp32 scale per token, MXFP4 keys one E8M0 byte per 32 elements.
+
+Accumulation (the n and u of DESIGN §4's bound; accumulation_unit_roundoff() gives u): MXFP4: per-block sums are
+exact and added in fp32 (n = D/32, u = 2^-24) on the unpack paths (their K = 32 block dots need 13 bits, which
+even Hopper's FP8 MMA keeps) and on gfx950's scaled MFMA; the interpreter's dot_scaled emulation and Hopper's bf16
+decomposition sum D products in fp32 (n = D, u = 2^-24). FP8 (n = D): fp32 except on Hopper (sm_90), whose FP8
+MMA keeps about 14 bits inside each group of FP8_PROMOTE_K = 32 products (launch_config) before the promotion to
+fp32 that this kernel asks for: declared u = 2^-13 there (measured: 1.74x the u = 2^-24 bound at D = 128).
+
+MXFP4 dot path: MXIDX_MXFP4_PATH = dot_scaled | unpack | unpack_ptx (read at each call) overrides the default
+(dot_scaled on HIP and in the interpreter; on NVIDIA, where dot_scaled decomposes to bf16 MMA, the faster of the
+measured paths per kernel: launch_config.CUDA_DEFAULT_MX_PATH).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from ._cache_view import check_cache_view, check_head_dim
+from ._checks import FP8_DTYPE, check_tensor
+from ._logits_details import launch_config as cfg
+from ._logits_details.paged import paged_logits_kernel
+from ._logits_details.prefill import KV_FP8, KV_MXFP4, prefill_logits_kernel
+from ._logits_details.schedule import paged_schedule
+from ._logits_details.scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
+
+MX_BLOCK = 32
+DEEPGEMM_PACKED_HEAD_DIM = 128        # int32-packed MXFP4 scales: one int32 holds the 4 scale bytes of D = 128
+MX_PATHS = {"dot_scaled": MX_DOT_SCALED, "unpack": MX_UNPACK, "unpack_ptx": MX_UNPACK_PTX}
+MX_PATH_ENV = "MXIDX_MXFP4_PATH"
+VALIDATE_ENV = "MXIDX_VALIDATE"
+FP32_UNIT_ROUNDOFF = 2.0 ** -24
+HOPPER_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13   # ~14-bit accumulation inside one FP8 wgmma K group (sm_90)
+
+
+def accumulation_unit_roundoff(kv_format: str, device) -> float:
+    """The u of DESIGN §4's bound for this module's scorers on `device` (see the module docstring)."""
+    device = torch.device(device)
+    hopper = (device.type == "cuda" and torch.version.hip is None
+              and torch.cuda.get_device_capability(device)[0] == 9)
+    return HOPPER_FP8_MMA_UNIT_ROUNDOFF if kv_format == "fp8" and hopper else FP32_UNIT_ROUNDOFF
+
+
+# ============================================================================================ argument parsing
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_logits_dtype(logits_dtype) -> None:
+    if logits_dtype != torch.float32:
+        raise ValueError(f"logits_dtype must be torch.float32 (the only output dtype supported), got {logits_dtype}")
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a Python int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_scorer_head_dim(name: str, head_dim: int, layout: str) -> None:
+    """DESIGN's head dims (multiples of 32 in 32..256), of which the scorer tiles take the powers of two."""
+    check_head_dim(name, head_dim, layout)
+    if head_dim & (head_dim - 1):
+        raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
+
+
+def _split_pair(name: str, pair, ndim: int, device=None):
+    """Parse a DESIGN §8 (values, scales) query pair whose values are `ndim`-D.
+
+    Returns (kv_format, values uint8 [..., D or D/2], scales uint8 [..., D/32] or None, D, leading shape)."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise ValueError(f"{name} must be a (values, scales) pair, got {type(pair).__name__}")
+    values, scales = pair
+    check_tensor(f"{name}[0]", values, dtypes=(FP8_DTYPE, torch.uint8), ndim=ndim, device=device, contiguous=True)
+    lead_shape = tuple(values.shape[:-1])
+    if values.dtype == FP8_DTYPE:
+        if scales is not None:
+            raise ValueError(f"{name}: an FP8 query carries its scale in the weights; pass (values, None)")
+        head_dim = values.shape[-1]
+        _check_scorer_head_dim(f"{name}[0]", head_dim, "fp8")
+        return "fp8", values.view(torch.uint8), None, head_dim, lead_shape
+    head_dim = 2 * values.shape[-1]
+    _check_scorer_head_dim(f"{name}[0]", head_dim, "mxfp4")
+    return "mxfp4", values, _mx_scales(f"{name}[1]", scales, lead_shape, head_dim, device), head_dim, lead_shape
+
+
+def _mx_scales(name: str, scales, lead_shape: tuple, head_dim: int, device) -> torch.Tensor:
+    """uint8 [*lead, D/32] E8M0 scales, or (D = 128) int32 [*lead, 1] -> viewed as its 4 bytes."""
+    check_tensor(name, scales, dtypes=(torch.uint8, torch.int32), device=device, contiguous=True)
+    if scales.dtype == torch.int32:
+        if head_dim != DEEPGEMM_PACKED_HEAD_DIM:
+            raise ValueError(f"{name}: int32-packed MXFP4 scales need D = {DEEPGEMM_PACKED_HEAD_DIM}, got D = "
+                             f"{head_dim}; pass uint8 [..., D/32] scales")
+        check_tensor(name, scales, shape=(*lead_shape, 1))
+        return scales.view(torch.uint8)
+    check_tensor(name, scales, shape=(*lead_shape, head_dim // MX_BLOCK))
+    return scales
+
+
+def _split_kv(kv, kv_format: str, head_dim: int, device):
+    """Parse the prefill (values, scales) keys: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4 (uint8 [SK, D/2],
+    uint8 [SK, D/32] or int32 [SK, 1] at D = 128). Returns (values uint8, scales) with the scales' bytes."""
+    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+        raise ValueError(f"kv must be a (values, scales) pair, got {type(kv).__name__}")
+    values, scales = kv
+    if isinstance(values, torch.Tensor) and values.dtype in (FP8_DTYPE, torch.uint8) and \
+            (values.dtype == FP8_DTYPE) != (kv_format == "fp8"):
+        raise ValueError(f"kv[0] is {values.dtype} but q is {kv_format}: q and kv must share a format "
+                         "(FP8: float8_e4m3fn values; MXFP4: uint8 codes)")
+    if kv_format == "fp8":
+        check_tensor("kv[0]", values, dtypes=FP8_DTYPE, shape=(None, head_dim), device=device, contiguous=True)
+        check_tensor("kv[1]", scales, dtypes=torch.float32, shape=(values.shape[0],), device=device,
+                     contiguous=True)
+        return values.view(torch.uint8), scales
+    check_tensor("kv[0]", values, dtypes=torch.uint8, shape=(None, head_dim // 2), device=device, contiguous=True)
+    return values, _mx_scales("kv[1]", scales, (values.shape[0],), head_dim, device)
+
+
+def _mx_path(device: torch.device, kernel: str) -> int:
+    """The MXFP4 dot path of `kernel` ("prefill" | "decode") on `device`: MXIDX_MXFP4_PATH, else the default."""
+    nvidia = device.type == "cuda" and torch.version.hip is None
+    choice = os.environ.get(MX_PATH_ENV)
+    if choice is None:
+        return MX_PATHS[cfg.CUDA_DEFAULT_MX_PATH[kernel]] if nvidia else MX_DOT_SCALED
+    if choice not in MX_PATHS:
+        raise ValueError(f"{MX_PATH_ENV} must be one of {sorted(MX_PATHS)}, got {choice!r}")
+    if choice == "unpack_ptx" and not nvidia:
+        raise ValueError(f"{MX_PATH_ENV}=unpack_ptx needs an NVIDIA GPU (inline PTX); use unpack or dot_scaled")
+    return MX_PATHS[choice]
+
+
+# ============================================================================================ prefill
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
-                       logits_dtype=None):
-    raise NotImplementedError
+                       logits_dtype=torch.float32) -> torch.Tensor:
+    """Ragged prefill logits, fp32 [S, SK].
+
+    q: (values, scales) [S, H, ...] as in the module docstring; kv: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4
+    (uint8 [SK, D/2], uint8 [SK, D/32] or int32 [SK, 1] at D = 128), same format as q; weights fp32 [S, H];
+    cu_seq_len_k_start / cu_seq_len_k_end int32 [S]: row i sees keys ks[i] <= j < ke[i] (absolute columns; ke is
+    clamped to SK in the kernel, values are not checked on the host). Entries outside are -inf when clean_logits,
+    else left unwritten. All tensors contiguous, on one device. max_seqlen_k > 0 (DeepGEMM's compressed output)
+    is not supported.
+    """
+    _check_flag("clean_logits", clean_logits)
+    _check_logits_dtype(logits_dtype)
+    if isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int) or max_seqlen_k != 0:
+        raise ValueError(f"max_seqlen_k = {max_seqlen_k!r} is not supported (only 0: the full [S, SK] output)")
+    kv_format, q_v, q_s, head_dim, (num_q, num_heads) = _split_pair("q", q, 3)
+    device = q_v.device
+    k_v, k_s = _split_kv(kv, kv_format, head_dim, device)
+    num_k = k_v.shape[0]
+    check_tensor("weights", weights, dtypes=torch.float32, shape=(num_q, num_heads), device=device,
+                 contiguous=True)
+    for name, t in (("cu_seq_len_k_start", cu_seq_len_k_start), ("cu_seq_len_k_end", cu_seq_len_k_end)):
+        check_tensor(name, t, dtypes=torch.int32, shape=(num_q,), device=device, contiguous=True)
+
+    out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
+    if num_q == 0 or num_k == 0:
+        return out
+    h_pad, block_s = cfg.prefill_tiles(num_heads)
+    q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
+    grid = (triton.cdiv(num_q, block_s), triton.cdiv(num_k, cfg.PREFILL_KEYS_PER_PROGRAM))
+    prefill_logits_kernel[grid](
+        q_v, q_s, k_v, k_s, weights, cu_seq_len_k_start, cu_seq_len_k_end, out,
+        num_q, num_k,
+        q_v.stride(0), q_v.stride(1), q_s.stride(0), q_s.stride(1),
+        k_v.stride(0), k_s.stride(0), weights.stride(0), out.stride(0),
+        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.PREFILL_BLOCK_N,
+        KEYS_PER_PROGRAM=cfg.PREFILL_KEYS_PER_PROGRAM,
+        KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, MX_PATH=_mx_path(device, "prefill"),
+        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, num_warps=cfg.PREFILL_NUM_WARPS,
+    )
+    return out
 
 
-def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms):
-    raise NotImplementedError
+# ============================================================================================ decode
+def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) -> torch.Tensor:
+    """Persistent-grid schedule of fp8_fp4_paged_mqa_logits: int32 [num_sms + 1, 2], computed on context_lens'
+    device with no host sync (compute it once per decode step, reuse it in every layer; graph-capturable).
+
+    A work item is (b, c): sequence b = a row of block_table (*not* an output row b*N + n), page c of it;
+    it scores all next_n query rows of b against that page. Sequence b has cdiv(L_b, block_kv) items with
+    L_b = max(0, context_lens[b]) for context_lens int32 [B] (the next_n rows of b end at position
+    context_lens[b]) and L_b = max(0, max_n context_lens[b, n]) for context_lens int32 [B, next_n]; next_n itself
+    does not enter. The items in (b, c) order are split evenly into num_sms runs: entry p = (b, c) of the first
+    item of program p, entry num_sms = (B, 0). Empty runs (e.g. all contexts 0: every entry (B, 0)) do nothing.
+
+    block_kv must be the page size P of the cache the scorer reads (one item = one page). num_sms is the number of
+    persistent programs, not necessarily the SM count: programs run their items one after another, so several per
+    SM hide the latency (H200, B64/H32/D128/ctx 8192/P 64, graph-replayed, one page a step: FP8 83 us with 132
+    programs, 34 us with 528; 4 x the SM count is a good default).
+    """
+    check_tensor("context_lens", context_lens, dtypes=torch.int32, contiguous=True)
+    if context_lens.dim() not in (1, 2) or (context_lens.dim() == 2 and context_lens.shape[1] < 1):
+        raise ValueError(f"context_lens must be int32 [B] or [B, next_n] (next_n >= 1), got shape "
+                         f"{list(context_lens.shape)}")
+    _check_int("block_kv", block_kv, 1)
+    _check_int("num_sms", num_sms, 1)
+    return paged_schedule(context_lens, block_kv, num_sms)
+
+
+def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int) -> None:
+    """validate=True: value checks that need the data (one device sync). ValueError on the first bad entry."""
+    if bool((context_lens < 0).any()):
+        bad = tuple(int(i) for i in torch.nonzero(context_lens < 0)[0])
+        raise ValueError(f"context_lens must be >= 0; entry {bad} is {int(context_lens[bad])}")
+    expected = paged_schedule(context_lens, kv_view.page_size, schedule_meta.shape[0] - 1)
+    if not torch.equal(expected, schedule_meta):
+        raise ValueError("schedule_meta does not match these context_lens with block_kv = page size "
+                         f"{kv_view.page_size}; recompute it with get_paged_mqa_logits_metadata(context_lens, "
+                         f"{kv_view.page_size}, num_sms)")
+    lengths = context_lens if context_lens.dim() == 1 else context_lens.amax(dim=1)
+    pages = (lengths.to(torch.int64).clamp(0, cap) + kv_view.page_size - 1) // kv_view.page_size
+    in_span = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages[:, None]
+    bad = in_span & ((block_table < 0) | (block_table >= kv_view.num_pages))
+    if bool(bad.any()):
+        b, c = (int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"block_table[{b}, {c}] = {int(block_table[b, c])} is inside sequence {b}'s visible span "
+                         f"but not a page id in 0..{kv_view.num_pages - 1} of kv_cache")
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-                             clean_logits=False, logits_dtype=None, layout=None, validate=False):
-    raise NotImplementedError
+                             clean_logits=False, logits_dtype=torch.float32, layout=None,
+                             validate=False) -> torch.Tensor:
+    """Paged decode logits, fp32 [B*N, max_context_len]; row r = b*N + n.
+
+    q: (values, scales) [B, N, H, ...] (module docstring; N = next_n >= 1); kv_cache: uint8
+    [num_pages, P, 1, bytes_per_token] view (DESIGN §2, §8; its format follows q: fp8 or mxfp4, D from q;
+    layout None or "mxfp4_tiled" for MXFP4); weights fp32 [B*N, H]; context_lens int32 [B] or [B, N] (DESIGN §4:
+    row b*N + n sees columns j < ctx(b, n), clamped to max_context_len and max_pages * P); block_table int32
+    [B, max_pages] (innermost stride 1); schedule_meta from get_paged_mqa_logits_metadata(context_lens, P, num_sms);
+    max_context_len: Python int, the output width. Invisible entries are -inf when clean_logits, else unwritten.
+    Page ids inside a row's visible span are trusted; validate=True (or MXIDX_VALIDATE=1) checks them, the context
+    lengths and the schedule with one device sync and raises ValueError.
+    """
+    _check_flag("clean_logits", clean_logits)
+    _check_flag("validate", validate)
+    _check_logits_dtype(logits_dtype)
+    width = _check_int("max_context_len", max_context_len, 0)
+    kv_format, q_v, q_s, head_dim, (batch, next_n, num_heads) = _split_pair("q", q, 4)
+    device = q_v.device
+    if next_n < 1:
+        raise ValueError(f"q must have next_n = q[0].shape[1] >= 1, got {next_n}")
+    view = check_cache_view("kv_cache", kv_cache, kv_format, head_dim, layout, device)
+    check_tensor("weights", weights, dtypes=torch.float32, shape=(batch * next_n, num_heads), device=device,
+                 contiguous=True)
+    check_tensor("context_lens", context_lens, dtypes=torch.int32, device=device, contiguous=True)
+    if context_lens.shape not in ((batch,), (batch, next_n)):
+        raise ValueError(f"context_lens must be int32 [B] = [{batch}] or [B, next_n] = [{batch}, {next_n}], got "
+                         f"{list(context_lens.shape)}")
+    check_tensor("block_table", block_table, dtypes=torch.int32, ndim=2, shape=(batch, None), device=device)
+    if block_table.stride(1) != 1:
+        raise ValueError(f"block_table must have stride(1) == 1, got strides {block_table.stride()}")
+    check_tensor("schedule_meta", schedule_meta, dtypes=torch.int32, ndim=2, shape=(None, 2), device=device,
+                 contiguous=True)
+    num_programs = schedule_meta.shape[0] - 1
+    if num_programs < 1:
+        raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
+                         f"{list(schedule_meta.shape)}")
+    cap = min(width, block_table.shape[1] * view.page_size)
+    if validate or os.environ.get(VALIDATE_ENV) == "1":
+        _validate_paged(view, context_lens, block_table, schedule_meta, cap)
+
+    out = torch.empty((batch * next_n, width), dtype=torch.float32, device=device)
+    if clean_logits:
+        out.fill_(float("-inf"))
+    if batch == 0 or width == 0:
+        return out
+    n_pad, h_pad, pages_per_step = cfg.paged_tiles(num_heads, next_n, view.page_size, kv_format)
+    q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
+    paged_logits_kernel[(num_programs,)](
+        q_v, q_s, kv_cache, weights, context_lens, block_table, schedule_meta, out,
+        cap, view.page_stride,
+        q_v.stride(0), q_v.stride(1), q_v.stride(2), q_s.stride(0), q_s.stride(1), q_s.stride(2),
+        weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
+        N=next_n, N_PAD=n_pad, H=num_heads, H_PAD=h_pad, D=head_dim, P=view.page_size,
+        PAGES_PER_STEP=pages_per_step,
+        KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, TILED=view.layout == "mxfp4_tiled",
+        CTX_2D=context_lens.dim() == 2, MX_PATH=_mx_path(device, "decode"), PROMOTE_K=cfg.FP8_PROMOTE_K,
+        num_warps=cfg.PAGED_NUM_WARPS,
+    )
+    return out

@@ -1,0 +1,38 @@
+"""Launch configuration of the scorer kernels (tile sizes, warps, MXFP4 path defaults) and the derived constexprs.
+
+Values: the best of small sweeps on the H200 (triton 3.6, 2026-11-30). The launchers (hw/logits.py) read them at
+each call, so a benchmark or a test may change them on this module.
+"""
+import triton
+
+MMA_MIN_ROWS = 16                     # tl.dot / tl.dot_scaled need M >= 16
+PREFILL_TILE_ROWS = 64                # MMA rows (query tokens x padded heads) of one prefill program
+PREFILL_BLOCK_N = 64                  # keys of one step of a prefill program
+PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of PREFILL_BLOCK_N)
+PREFILL_NUM_WARPS = 8
+PAGED_NUM_WARPS = 4
+#: a decode step scores max(1, this // P) pages of one sequence (H200, B64/H32/D128/ctx 8192/P 64, 528 programs,
+#: graph-replayed: FP8 33.7 / 27.2 / 34.9 us and MXFP4 (unpack_ptx) 78 / 61 / 50 us at 64 / 128 / 256 tokens)
+PAGED_TOKENS_PER_STEP = {"fp8": 128, "mxfp4": 256}
+FP8_PROMOTE_K = 32                    # Hopper FP8 MMA: promote to fp32 every 32 products (DESIGN §4)
+#: default MXFP4 path on NVIDIA GPUs per kernel (H200, one page a step: decode unpack_ptx 77 us < dot_scaled 86 <
+#: unpack 113, at 256 tokens a step 50.4 vs 51.6 us; prefill 4k x 4k x H32: dot_scaled 1.19 ms < unpack_ptx 1.41 <
+#: unpack 1.84). HIP and the interpreter use dot_scaled.
+CUDA_DEFAULT_MX_PATH = {"prefill": "dot_scaled", "decode": "unpack_ptx"}
+
+
+def head_pad(num_heads: int, rows: int) -> int:
+    """Padded head count: a power of two with rows * H_PAD >= MMA_MIN_ROWS."""
+    return max(triton.next_power_of_2(num_heads), MMA_MIN_ROWS // rows)
+
+
+def prefill_tiles(num_heads: int) -> tuple[int, int]:
+    """(H_PAD, BLOCK_S) of the prefill kernel."""
+    h_pad = head_pad(num_heads, 1)
+    return h_pad, max(1, PREFILL_TILE_ROWS // h_pad)
+
+
+def paged_tiles(num_heads: int, next_n: int, page_size: int, kv_format: str) -> tuple[int, int, int]:
+    """(N_PAD, H_PAD, PAGES_PER_STEP) of the paged kernel."""
+    n_pad = triton.next_power_of_2(next_n)
+    return n_pad, head_pad(num_heads, n_pad), max(1, PAGED_TOKENS_PER_STEP[kv_format] // page_size)

@@ -1,0 +1,114 @@
+"""Persistent paged decode scorer kernel.
+
+Grid = num_sms programs. Program p walks the work items (b, c) -- sequence b, page c of its block-table row -- in
+lexicographic order from schedule[p] up to (excluding) schedule[p + 1] (see schedule.py), PAGES_PER_STEP items of
+one sequence per step. An item scores all N = next_n query rows of sequence b (N * H_PAD MMA rows, so the page is
+loaded once for the N draft tokens) against the P tokens of page block_table[b, c], and stores row b*N + n,
+columns c*P .. c*P + P - 1, masked to the row's visible count. A page is read only when c*P < max_n visible(b, n):
+block-table entries and pages past a row's visible span are never touched; tokens past it inside the last page
+are not read either.
+
+Addressing: page offset = page_id.to(int64) * page_stride (one 64-bit rebase per page) plus a 32-bit page-local
+offset (DESIGN §2, §3).
+"""
+import triton
+import triton.language as tl
+
+from .prefill import KV_MXFP4
+from .scoring import fp8_tile, mxfp4_tile, weighted_head_sum
+
+TILE_TOKEN_LANES = tl.constexpr(4)   # mxfp4_tiled: one 4-byte scale word holds tokens t, t + P/4, t + P/2, t + 3P/4
+
+
+@triton.jit
+def _sequence_lengths(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
+    """(schedule length, visible[N_PAD]) of sequence b.
+
+    schedule length = max(0, max_n context_lens[b, n]) (2-D) or max(0, context_lens[b]) (1-D): exactly what
+    schedule.py counts pages of. visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = min(max_context_len,
+    max_pages * P); 0 for the padding n >= N.
+    """
+    if CTX_2D:
+        raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)
+    else:
+        last = tl.load(ctx_ptr + b * stride_ctx_b)
+        raw = tl.where(n < N, last - N + n + 1, 0)
+    raw = tl.maximum(raw, 0)
+    return tl.max(raw), tl.minimum(raw, cap)
+
+
+@triton.jit
+def paged_logits_kernel(
+    q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, sched_ptr, out_ptr,
+    cap, page_stride,
+    stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
+    stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
+    N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
+    PAGES_PER_STEP: tl.constexpr,
+    KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_PATH: tl.constexpr,
+    PROMOTE_K: tl.constexpr,
+):
+    """q_v: fp8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32]; cache: uint8
+    view base; w fp32 [B*N, H]; ctx int32 [B] or [B, N]; bt int32 [B, max_pages]; sched int32 [num_sms + 1, 2];
+    out fp32 [B*N, W]. Innermost dimensions contiguous; strides in elements.
+
+    A step scores up to PAGES_PER_STEP consecutive items (pages) of one sequence inside the program's run, as one
+    [N_PAD * H_PAD, PAGES_PER_STEP * P] tile, so that several pages' loads are in flight at once."""
+    pid = tl.program_id(0)
+    r = tl.load(sched_ptr + 2 * pid)
+    c = tl.load(sched_ptr + 2 * pid + 1)
+    r_end = tl.load(sched_ptr + 2 * pid + 2)
+    c_end = tl.load(sched_ptr + 2 * pid + 3)
+
+    n = tl.arange(0, N_PAD)
+    m = tl.arange(0, N_PAD * H_PAD)
+    m_n = m // H_PAD
+    m_head = m % H_PAD
+    m_ok = (m_n < N) & (m_head < H)
+    t = tl.arange(0, PAGES_PER_STEP * P)      # token of the step
+    t_page = t // P                           # its page within the step
+    t_in = t % P                              # its page-local token
+    if KV_FORMAT == KV_MXFP4:
+        if TILED:   # DESIGN §2 mxfp4_tiled: block g of all P tokens is contiguous (16 bytes a token)
+            k_loc_v = t_in * 16
+            k_blk_v = P * 16
+            k_loc_s = (t_in % (P // TILE_TOKEN_LANES)) * TILE_TOKEN_LANES + t_in // (P // TILE_TOKEN_LANES)
+            k_blk_s = P
+        else:       # block-planar: token t's D/2 code bytes, then (after all values) its D/32 scale bytes
+            k_loc_v = t_in * (D // 2)
+            k_blk_v = 16
+            k_loc_s = t_in * (D // 32)
+            k_blk_s = 1
+
+    while (r < r_end) | ((r == r_end) & (c < c_end)):
+        b = r.to(tl.int64)
+        length, visible = _sequence_lengths(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
+        num_chunks = tl.cdiv(length, P)
+        vis_max = tl.max(visible)
+        stop = tl.where(r == r_end, tl.minimum(c_end, num_chunks), num_chunks)   # this run's items of row r
+        stop_read = tl.minimum(stop, tl.cdiv(vis_max, P))                         # ... that hold visible tokens
+        if c < stop_read:
+            page = c + t_page
+            tok = c * P + t
+            k_ok = (page < stop_read) & (tok < vis_max)
+            page_id = tl.load(bt_ptr + b * stride_bt_b + page, mask=page < stop_read, other=0)
+            page_off = page_id.to(tl.int64) * page_stride          # the 64-bit rebase, one per page
+            if KV_FORMAT == KV_MXFP4:
+                scores = mxfp4_tile(q_v_ptr, q_s_ptr,
+                                    b * stride_qv_b + m_n * stride_qv_n + m_head * stride_qv_h,
+                                    b * stride_qs_b + m_n * stride_qs_n + m_head * stride_qs_h, m_ok,
+                                    cache_ptr, cache_ptr + P * (D // 2), page_off + k_loc_v, page_off + k_loc_s,
+                                    k_ok, k_blk_v, k_blk_s, D, MX_PATH)
+            else:
+                scale_ptr = (cache_ptr + page_off + P * D + 4 * t_in).to(tl.pointer_type(tl.float32))
+                k_scale = tl.load(scale_ptr, mask=k_ok, other=1.0)
+                scores = fp8_tile(q_v_ptr, b * stride_qv_b + m_n * stride_qv_n + m_head * stride_qv_h, m_ok,
+                                  cache_ptr, page_off + t_in * D, k_ok, k_scale, D, PROMOTE_K)
+            w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_head, mask=m_ok, other=0.0)
+            logits = weighted_head_sum(scores, w, m_ok, N_PAD, H_PAD)
+            out = out_ptr + (b * N + n)[:, None] * stride_out_r + tok[None, :]
+            tl.store(out, logits, mask=(page < stop_read)[None, :] & (tok[None, :] < visible[:, None]))
+        c = c + PAGES_PER_STEP        # past stop: the next row, or past this run's end
+        next_row = c >= num_chunks
+        r = tl.where(next_row, r + 1, r)
+        c = tl.where(next_row, 0, c)

@@ -1,0 +1,282 @@
+"""hw.fp8_fp4_paged_mqa_logits (paged decode) against sim.scorer.decode_logits and its fp32 error bound.
+
+Every case builds a hostile pool: 0xFF (NaN) everywhere that is not a visible token, shuffled physical pages, page
+strides larger than a page, a non-zero view offset, partial last pages, and out-of-range sentinels in every
+block-table entry past a sequence's visible span (a kernel that reads one faults or returns NaN).
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import hw
+from hw._logits_details import launch_config
+from hw.logits import accumulation_unit_roundoff
+import sim.layout
+from sim import scorer
+from sim.formats import E8M0_NAN
+from sim.layout import PageGeometry
+from tests.hw._kv_pool import cache_view, device_pool
+from tests.hw.test_logits_prefill import (MX_PATHS, NAN_E4M3, keys_to_torch, mx_path, n_roundings,
+                                          quantize_keys, quantize_queries)
+
+pytestmark = pytest.mark.interp
+
+SENTINELS = (-1, 2**31 - 1, 1 << 20)   # written into block-table entries no row may read
+STRIDE_PAD = 48                        # page stride = page bytes rounded to 16, plus this (not a multiple of P)
+VIEW_OFFSET = 32
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    layout: str              # "fp8" | "mxfp4" | "mxfp4_tiled"
+    head_dim: int
+    page_size: int
+    heads: int
+    next_n: int
+    contexts: tuple          # context_lens rows: ints (1-D) or next_n-tuples (2-D)
+    max_context_len: int
+    max_pages: int
+    clean: bool = False
+    num_sms: int = 3
+    int32_scales: bool = False
+    nan_token: tuple | None = None     # (b, token): that token is NaN as a writer leaves a non-finite row
+
+    @property
+    def kv_format(self) -> str:
+        return "fp8" if self.layout == "fp8" else "mxfp4"
+
+    def __str__(self):
+        return (f"{self.layout}-D{self.head_dim}-P{self.page_size}-H{self.heads}-N{self.next_n}-"
+                f"ctx{'2d' if isinstance(self.contexts[0], tuple) else ''}{list(self.contexts)}-W{self.max_context_len}"
+                f"{'-clean' if self.clean else ''}{'-i32' if self.int32_scales else ''}"
+                f"{'-nan' if self.nan_token else ''}")
+
+
+CASES = [
+    # context 0 and 1, a partial last page, a full page; 1-D context_lens, next_n 1
+    DecodeCase("mxfp4", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4),
+    DecodeCase("mxfp4", 64, 16, 5, 2, (17, 2, 0), 40, 3, clean=True),                    # next_n 2, 1-D
+    DecodeCase("mxfp4", 32, 16, 1, 2, ((5, 9), (0, 0), (16, 1)), 20, 2, nan_token=(0, 3)),  # 2-D, D 32
+    DecodeCase("mxfp4_tiled", 128, 16, 2, 1, (31, 20), 40, 2, int32_scales=True),
+    DecodeCase("mxfp4_tiled", 128, 64, 3, 2, (70, 1), 100, 2, clean=True, nan_token=(0, 64)),
+    DecodeCase("mxfp4", 128, 64, 4, 1, (100, 64), 80, 2),                      # max_context_len clips contexts
+    DecodeCase("fp8", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4, nan_token=(2, 17)),
+    DecodeCase("fp8", 64, 64, 7, 2, ((65, 66), (3, 0)), 70, 2, clean=True),
+    DecodeCase("fp8", 32, 16, 2, 1, (40,), 48, 2),                              # max_pages * P clips the context
+]
+
+
+def _case_paths(case: DecodeCase):
+    return [None] if case.kv_format == "fp8" else list(MX_PATHS)
+
+
+def _visible(case: DecodeCase) -> np.ndarray:
+    return scorer.decode_visible(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len,
+                                 case.max_pages, case.page_size)
+
+
+def build_cache(case: DecodeCase, rng: np.random.Generator):
+    """(pool uint8 numpy, geometry, block_table int32 [B, max_pages]): visible tokens written at shuffled pages of
+    a 0xFF pool, everything else NaN bytes, sentinels past each sequence's span."""
+    batch = len(case.contexts)
+    tokens = _visible(case).reshape(batch, case.next_n).max(axis=1)
+    pages = -(-tokens // case.page_size)
+    num_pages = int(pages.sum()) + 2                   # two spare pages stay 0xFF
+    page_bytes = PageGeometry(case.kv_format, case.page_size, case.head_dim, 1, layout=case.layout).page_bytes
+    geom = PageGeometry(case.kv_format, case.page_size, case.head_dim, num_pages,
+                        page_stride=-(-page_bytes // 16) * 16 + STRIDE_PAD, layout=case.layout,
+                        view_offset=VIEW_OFFSET)
+    pool = sim.layout.new_pool(geom)
+    physical = rng.permutation(num_pages)
+    block_table = np.array([SENTINELS[i % len(SENTINELS)] for i in range(batch * case.max_pages)],
+                           dtype=np.int32).reshape(batch, case.max_pages)
+    nxt = 0
+    for b in range(batch):
+        block_table[b, :pages[b]] = physical[nxt:nxt + pages[b]]
+        nxt += pages[b]
+        if tokens[b] == 0:
+            continue
+        k = rng.standard_normal((tokens[b], case.head_dim)).astype(np.float32)
+        values, scales = quantize_keys(case.kv_format, k)
+        if case.nan_token is not None and case.nan_token[0] == b:
+            t = case.nan_token[1]
+            if case.kv_format == "fp8":      # the writer's non-finite row: bytes 0x7F, scale NaN (DESIGN §1)
+                values[t], scales[t] = NAN_E4M3, np.nan
+            else:
+                scales[t, 0] = E8M0_NAN
+        j = np.arange(tokens[b])
+        slots = block_table[b, j // case.page_size].astype(np.int64) * case.page_size + j % case.page_size
+        sim.layout.write_tokens(pool, geom, slots, values, scales)
+    return pool, geom, block_table
+
+
+def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
+    pool, geom, block_table = build_cache(case, rng)
+    batch = len(case.contexts)
+    q = rng.standard_normal((batch, case.next_n, case.heads, case.head_dim)).astype(np.float32)
+    w = rng.standard_normal((batch * case.next_n, case.heads)).astype(np.float32)
+    q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_format, q, w.reshape(batch, case.next_n, case.heads),
+                                                 device, int32_scales=case.int32_scales)
+    w_t, w_ref = w_t.reshape(batch * case.next_n, case.heads), w_ref.reshape(batch * case.next_n, case.heads)
+    ctx = torch.tensor(case.contexts, dtype=torch.int32, device=device)
+    bt = torch.from_numpy(block_table).to(device)
+    schedule = hw.get_paged_mqa_logits_metadata(ctx, case.page_size, case.num_sms)
+    args = dict(q=q_pair, kv_cache=cache_view(device_pool(pool, device), geom), weights=w_t, context_lens=ctx,
+                block_table=bt, schedule_meta=schedule, max_context_len=case.max_context_len,
+                clean_logits=case.clean, layout="mxfp4_tiled" if case.layout == "mxfp4_tiled" else None,
+                validate=validate)
+    args.update(overrides)
+    return args, (q_ref, pool, geom, w_ref, np.array(case.contexts), block_table)
+
+
+@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in _case_paths(c)],
+                         ids=lambda x: str(x) if isinstance(x, DecodeCase) else x)
+def test_paged_matches_reference(case: DecodeCase, path, device, monkeypatch):
+    check_paged_case(case, path, device, monkeypatch)
+
+
+@pytest.mark.parametrize("case,path,tokens_per_step", [
+    (CASES[0], "unpack", 16), (CASES[4], "dot_scaled", 16), (CASES[6], None, 16), (CASES[1], "unpack", 32),
+    (DecodeCase("fp8", 64, 16, 2, 1, (70, 33, 49), 80, 5, num_sms=4), None, 64),
+], ids=str)
+def test_paged_pages_per_step(case: DecodeCase, path, tokens_per_step, device, monkeypatch):
+    """One page per step, and steps of several pages cut short by run ends (num_sms programs split sequences)."""
+    monkeypatch.setattr(launch_config, "PAGED_TOKENS_PER_STEP", {"fp8": tokens_per_step, "mxfp4": tokens_per_step})
+    check_paged_case(case, path, device, monkeypatch)
+
+
+def check_paged_case(case: DecodeCase, path, device, monkeypatch):
+    mx_path(monkeypatch, path)
+    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
+    out = hw.fp8_fp4_paged_mqa_logits(**args)
+    rows = len(case.contexts) * case.next_n
+    assert out.shape == (rows, case.max_context_len) and out.dtype == torch.float32
+    ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
+    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
+                                      n_roundings=n_roundings(case.kv_format, case.head_dim, path),
+                                      u=accumulation_unit_roundoff(case.kv_format, device))
+    visible = None if case.clean else scorer.visible_mask(_visible(case), case.max_context_len)
+    result = scorer.assert_logits_within_bound(out.cpu().numpy(), ref, bound, visible=visible)
+    assert result.compared > 0
+    if case.nan_token is not None:
+        b, t = case.nan_token
+        seen = _visible(case)[b * case.next_n:(b + 1) * case.next_n] > t
+        col = out[b * case.next_n:(b + 1) * case.next_n, t].cpu().numpy()
+        assert seen.any() and np.isnan(col[seen]).all(), f"rows of sequence {b} that see token {t}: {col}"
+
+
+def test_schedule_with_more_programs_than_pages(device):
+    """num_sms far above the work-item count: most runs are empty and the result is unchanged."""
+    case = DecodeCase("fp8", 32, 16, 2, 1, (17, 0, 3), 20, 2, clean=True, num_sms=40)
+    rng = np.random.default_rng(7)
+    args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
+    out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
+    ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
+    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
+                                      u=accumulation_unit_roundoff("fp8", device))
+    scorer.assert_logits_within_bound(out, ref, bound)
+
+
+def test_clean_logits_fills_only_invisible_entries(device):
+    """clean_logits=True: the same visible logits as clean_logits=False, -inf everywhere else."""
+    case = DecodeCase("mxfp4", 32, 16, 2, 1, (5, 0), 32, 2)
+    args, _ = _run(case, device, np.random.default_rng(3))
+    out = hw.fp8_fp4_paged_mqa_logits(**args).cpu()
+    assert torch.isfinite(out[0, :5]).all()
+    out_clean = hw.fp8_fp4_paged_mqa_logits(**{**args, "clean_logits": True}).cpu()
+    assert torch.equal(out_clean[0, :5], out[0, :5])
+    assert torch.isneginf(out_clean[0, 5:]).all() and torch.isneginf(out_clean[1]).all()
+
+
+# ============================================================================================ validate mode
+def test_validate_accepts_good_input(device):
+    case = CASES[0]
+    args, _ = _run(case, device, np.random.default_rng(1), validate=True)
+    hw.fp8_fp4_paged_mqa_logits(**args)
+
+
+@pytest.mark.parametrize("env", [False, True])
+def test_validate_rejects_page_id_in_span(device, monkeypatch, env):
+    case = DecodeCase("mxfp4", 32, 16, 2, 1, (20, 5), 32, 3)
+    args, _ = _run(case, device, np.random.default_rng(2), validate=not env)
+    if env:
+        monkeypatch.setenv("MXIDX_VALIDATE", "1")
+    args["block_table"] = args["block_table"].clone()
+    args["block_table"][0, 1] = args["kv_cache"].shape[0]      # the last visible page of sequence 0
+    with pytest.raises(ValueError, match=re.escape("block_table[0, 1]")):
+        hw.fp8_fp4_paged_mqa_logits(**args)
+
+
+def test_validate_rejects_stale_schedule(device):
+    case = DecodeCase("fp8", 32, 16, 2, 1, (20, 5), 32, 3)
+    args, _ = _run(case, device, np.random.default_rng(4), validate=True)
+    args["schedule_meta"] = hw.get_paged_mqa_logits_metadata(args["context_lens"], 32, 3)   # block_kv != P
+    with pytest.raises(ValueError, match="schedule_meta does not match"):
+        hw.fp8_fp4_paged_mqa_logits(**args)
+
+
+def test_validate_rejects_negative_context(device):
+    case = DecodeCase("fp8", 32, 16, 2, 1, (20, 5), 32, 3)
+    args, _ = _run(case, device, np.random.default_rng(5), validate=True)
+    args["context_lens"] = torch.tensor([20, -3], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="context_lens must be >= 0"):
+        hw.fp8_fp4_paged_mqa_logits(**args)
+
+
+# ============================================================================================ rejections
+def _base_args(device=torch.device("cpu")):
+    case = DecodeCase("mxfp4", 32, 16, 2, 2, (20, 5), 32, 3)
+    args, _ = _run(case, device, np.random.default_rng(6))
+    return args
+
+
+def _q(a, values=None, scales=None):
+    return (a["q"][0] if values is None else values, a["q"][1] if scales is None else scales)
+
+
+BAD_DECODE = {
+    "clean_logits": (lambda a: {**a, "clean_logits": None}, "clean_logits"),
+    "validate": (lambda a: {**a, "validate": "yes"}, "validate"),
+    "logits_dtype": (lambda a: {**a, "logits_dtype": torch.float16}, "logits_dtype"),
+    "max_context_len tensor": (lambda a: {**a, "max_context_len": torch.tensor(32)}, "max_context_len"),
+    "max_context_len negative": (lambda a: {**a, "max_context_len": -1}, "max_context_len"),
+    "q 3-D": (lambda a: {**a, "q": _q(a, a["q"][0][0], a["q"][1][0])}, "q[0] must be 4-D"),
+    "q scales shape": (lambda a: {**a, "q": _q(a, scales=torch.zeros(2, 2, 2, 2, dtype=torch.uint8))},
+                       "q[1] must have shape"),
+    "cache dtype": (lambda a: {**a, "kv_cache": a["kv_cache"].view(torch.int8)}, "kv_cache must have dtype"),
+    "cache bytes per token (format from q)": (
+        lambda a: {**a, "q": (torch.zeros(2, 2, 2, 32, dtype=torch.float8_e4m3fn), None)}, "kv_cache must have shape"),
+    "cache layout": (lambda a: {**a, "layout": "mxfp4_tiled"}, "multiple of 128"),
+    "cache layout name": (lambda a: {**a, "layout": "fp8"}, "layout 'fp8' is not valid"),
+    "cache token stride": (lambda a: {**a, "kv_cache": a["kv_cache"].as_strided(
+        a["kv_cache"].shape, (a["kv_cache"].stride(0), 16, 16, 1))}, "stride(1) == bytes_per_token"),
+    "weights shape": (lambda a: {**a, "weights": a["weights"][:2]}, "weights must have shape"),
+    "context_lens dtype": (lambda a: {**a, "context_lens": a["context_lens"].long()}, "context_lens must have dtype"),
+    "context_lens shape": (lambda a: {**a, "context_lens": torch.zeros(2, 3, dtype=torch.int32)},
+                           "context_lens must be int32 [B]"),
+    "block_table rows": (lambda a: {**a, "block_table": a["block_table"][:1]}, "block_table must have shape"),
+    "block_table stride": (lambda a: {**a, "block_table": a["block_table"].t().contiguous().t()},
+                           "block_table must have stride(1) == 1"),
+    "schedule shape": (lambda a: {**a, "schedule_meta": a["schedule_meta"][:1]}, "num_sms >= 1"),
+    "schedule dtype": (lambda a: {**a, "schedule_meta": a["schedule_meta"].long()}, "schedule_meta must have dtype"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_DECODE))
+def test_paged_rejects_bad_input(name):
+    make, message = BAD_DECODE[name]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hw.fp8_fp4_paged_mqa_logits(**make(_base_args()))
+
+
+def test_paged_base_args_are_accepted(device):
+    """The rejection table's base arguments are valid (so each rejection is caused by its one change)."""
+    out = hw.fp8_fp4_paged_mqa_logits(**_base_args(device))
+    assert out.shape == (4, 32)
