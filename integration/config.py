@@ -6,6 +6,7 @@ silently selects the default:
     indexer_kv_dtype    "fp8" (default) | "mxfp4"
     indexer_layout      page layout of the MXFP4 cache: "mxfp4" (block-planar, default) | "mxfp4_tiled"
     indexer_scale_rule  E8M0 scale rule of the MXFP4 writers: "rceil" (default) | "floor" | "even" | "ceil"
+                        (also accepted under the short name "scale_rule"; giving both is an error)
 
 FP8 has exactly one layout and one scale rule (DESIGN §1, §2); naming an MXFP4 layout or scale rule together with
 fp8 is an error rather than a silently ignored setting.
@@ -25,7 +26,8 @@ CANONICAL_SCALE_RULE = "rceil"
 KEY_KV_DTYPE = "indexer_kv_dtype"
 KEY_LAYOUT = "indexer_layout"
 KEY_SCALE_RULE = "indexer_scale_rule"
-KNOWN_KEYS = (KEY_KV_DTYPE, KEY_LAYOUT, KEY_SCALE_RULE)
+KEY_SCALE_RULE_SHORT = "scale_rule"  # the spelling of the integration issue; same meaning
+KNOWN_KEYS = (KEY_KV_DTYPE, KEY_LAYOUT, KEY_SCALE_RULE, KEY_SCALE_RULE_SHORT)
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,11 @@ class IndexerConfig:
         unknown = sorted(set(obj) - set(KNOWN_KEYS))
         if unknown:
             raise ValueError(f"--attention-config: unknown key(s) {unknown}; valid keys are {list(KNOWN_KEYS)}")
-        return cls(kv_dtype=obj.get(KEY_KV_DTYPE, "fp8"), layout=obj.get(KEY_LAYOUT),
-                   scale_rule=obj.get(KEY_SCALE_RULE, CANONICAL_SCALE_RULE))
+        if KEY_SCALE_RULE in obj and KEY_SCALE_RULE_SHORT in obj:
+            raise ValueError(f"--attention-config: give the scale rule once, as {KEY_SCALE_RULE} or "
+                             f"{KEY_SCALE_RULE_SHORT}, not both")
+        rule = obj.get(KEY_SCALE_RULE, obj.get(KEY_SCALE_RULE_SHORT, CANONICAL_SCALE_RULE))
+        return cls(kv_dtype=obj.get(KEY_KV_DTYPE, "fp8"), layout=obj.get(KEY_LAYOUT), scale_rule=rule)
 
     def to_json(self) -> str:
         """The canonical --attention-config string of this config (round-trips through from_json)."""

@@ -90,8 +90,9 @@ def _decode_case(kv_dtype: str, *, batch, next_n, heads, head_dim, context, page
     else:
         q = hw.quantize_q_mxfp4(q_bf16)
     context_lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, num_sms)
+    from integration.schedule import default_num_sms
+
+    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, default_num_sms(torch.device("cuda")))
 
     def run():
         hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,

@@ -20,6 +20,8 @@ def test_mxfp4_choices():
     config = IndexerConfig.from_json(
         '{"indexer_kv_dtype": "mxfp4", "indexer_layout": "mxfp4_tiled", "indexer_scale_rule": "even"}')
     assert (config.kv_dtype, config.resolved_layout, config.scale_rule) == ("mxfp4", "mxfp4_tiled", "even")
+    config = IndexerConfig.from_json('{"indexer_kv_dtype": "mxfp4", "scale_rule": "floor"}')  # the short spelling
+    assert config.scale_rule == "floor"
 
 
 @pytest.mark.parametrize("config", [IndexerConfig(), IndexerConfig("mxfp4"), IndexerConfig("mxfp4", "mxfp4", "floor"),
@@ -43,6 +45,8 @@ def test_scale_rules_are_sims():
     ('{"indexer_kv_dtype": "mxfp4", "indexer_scale_rule": "round"}', r"indexer_scale_rule must be one of \['rceil'"),
     ('{"indexer_layout": "mxfp4_tiled"}', 'with indexer_kv_dtype="fp8" leave them out'),
     ('{"indexer_kv_dtype": "fp8", "indexer_scale_rule": "floor"}', 'with indexer_kv_dtype="fp8" leave them out'),
+    ('{"indexer_kv_dtype": "mxfp4", "scale_rule": "floor", "indexer_scale_rule": "even"}', "not both"),
+    ('{"indexer_kv_dtype": "mxfp4", "scale_rule": "nearest"}', r"indexer_scale_rule must be one of"),
 ])
 def test_rejections_name_the_choices(text, message):
     with pytest.raises(ValueError, match=message):
