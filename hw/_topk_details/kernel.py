@@ -1,0 +1,130 @@
+"""@triton.jit body of the per-row top-k (launcher: hw/topk.py; semantics: DESIGN §4).
+
+One program per row. The row's visible columns are start <= j < end. Every fp32 logit is mapped to an
+order-preserving uint32 *key* (larger value -> larger key) computed from its bits, so comparisons are exact integer
+comparisons, independent of denormal flushing or NaN compare rules:
+
+    key 0                    invisible / padding (never selected)
+    key 1                    NaN (any sign, any payload: all NaNs are equal and rank below -inf)
+    key 0x007FFFFF           -inf
+    key ~bits                other negative values (bits >= 0x80000000): larger magnitude -> smaller key
+    key 0x80000000           +0.0 and -0.0 (equal values; -0.0 is canonicalised to +0.0 first)
+    key bits | 0x80000000    positive values, up to +inf = 0xFF800000
+
+The k-th largest key T is found by an exact radix select (4 passes of 8-bit digits, most significant first, each a
+256-bin histogram of the candidates that match the digits chosen so far). Then everything with key > T is selected,
+plus the first `take_eq` columns (in index order) with key == T, where take_eq is what is left of k after the
+larger keys: that is exactly the (value desc, index asc) tie rule, so no tied candidate is ever dropped or
+duplicated. The selected column indices are compacted into the output row (used as scratch), read back with their
+keys, and sorted by the 64-bit composite (signed key << 32 | (index ^ (2^31 - 1))) descending, which orders them by
+(value desc, index asc). Slots past the number of visible columns are -1.
+
+Memory traffic per row: 5 passes over the visible range (4 histograms + 1 compaction) and k gathered reloads.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+RADIX_BITS = 8
+RADIX = 1 << RADIX_BITS           # histogram bins per pass
+NUM_PASSES = 32 // RADIX_BITS     # digits of a 32-bit key
+
+_RADIX_BITS = tl.constexpr(RADIX_BITS)
+_RADIX = tl.constexpr(RADIX)
+_NUM_PASSES = tl.constexpr(NUM_PASSES)
+_DIGIT_MASK = tl.constexpr(RADIX - 1)
+_KEY_NONE = tl.constexpr(0)                  # invisible column or empty slot
+_KEY_NAN = tl.constexpr(1)                   # NaN ranks below -inf
+_SIGN = tl.constexpr(0x80000000)             # fp32 sign bit; also the key of +-0.0
+_ABS_MASK = tl.constexpr(0x7FFFFFFF)
+_INF_BITS = tl.constexpr(0x7F800000)         # |x| bits above this are NaN
+_NO_KEY = tl.constexpr(0xFFFFFFFF)           # threshold that selects nothing (no key reaches it)
+_INT32_MAX = tl.constexpr(0x7FFFFFFF)
+_EMPTY_SLOT = tl.constexpr(-(2 ** 63))       # composite of an empty slot: below every real composite
+
+
+@triton.jit
+def _order_key(x, visible):
+    """uint32 key of fp32 `x` (see the module docstring); 0 where `visible` is False."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = tl.where(bits == _SIGN, 0, bits)                       # -0.0 == +0.0
+    key = tl.where(bits >= _SIGN, ~bits, bits | _SIGN)
+    key = tl.where((bits & _ABS_MASK) > _INF_BITS, _KEY_NAN, key)
+    return tl.where(visible, key, _KEY_NONE).to(tl.uint32)
+
+
+@triton.jit
+def top_k_per_row_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
+    out_ptr,              # *i32 [rows, k] contiguous
+    width,                # i32 W
+    stride_row,           # i64/i32 elements between rows of logits
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,  # power of two >= k: the register-resident sort size
+    BLOCK: tl.constexpr,  # columns per chunk of the streaming passes
+):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = out_ptr + row * k
+
+    end = tl.minimum(tl.load(ends_ptr + row), width)
+    if HAS_STARTS:
+        start = tl.maximum(tl.load(starts_ptr + row), 0)
+    else:
+        start = 0
+    k_eff = tl.minimum(tl.maximum(end - start, 0), k)   # how many real indices this row outputs
+
+    # ---- radix select: the exact key T of the k_eff-th largest visible logit
+    bins = tl.arange(0, _RADIX)
+    prefix = tl.zeros([1], dtype=tl.uint32)     # digits of T chosen so far
+    known = tl.zeros([1], dtype=tl.uint32)      # which bits of T are chosen
+    remaining = tl.zeros([1], dtype=tl.int32) + k_eff   # how many more to take among the matching keys
+    for p in tl.static_range(_NUM_PASSES):
+        shift = 32 - _RADIX_BITS * (p + 1)     # constexpr: p is a static_range index
+        counts = tl.zeros([_RADIX], dtype=tl.int32)
+        for off in range(start, end, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            inside = cols < end
+            key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
+            match = inside & ((key & known) == prefix)
+            digit = ((key >> shift) & _DIGIT_MASK).to(tl.int32)
+            counts += tl.histogram(digit, _RADIX, mask=match)
+        above = tl.cumsum(counts, 0, reverse=True) - counts     # matching keys in strictly higher bins
+        hit = (above < remaining) & (remaining <= above + counts)
+        digit_t = tl.max(tl.where(hit, bins, 0), 0)              # the one bin holding the k_eff-th key
+        remaining -= tl.sum(tl.where(bins == digit_t, above, 0), 0)
+        prefix |= digit_t.to(tl.uint32) << shift
+        known |= tl.full([1], _DIGIT_MASK, tl.uint32) << shift
+    threshold = tl.where(k_eff > 0, prefix, _NO_KEY).to(tl.uint32)
+    take_eq = remaining                                           # keys == T to take, lowest indices first
+
+    # ---- compaction: selected column indices, in column order, into out_row[0:k_eff]
+    n_eq = tl.zeros([1], dtype=tl.int32)
+    n_sel = tl.zeros([1], dtype=tl.int32)
+    for off in range(start, end, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        inside = cols < end
+        key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
+        eq = (key == threshold).to(tl.int32)
+        eq_rank = n_eq + tl.cumsum(eq, 0) - eq
+        sel = ((key > threshold) | ((eq != 0) & (eq_rank < take_eq))).to(tl.int32)
+        slot = n_sel + tl.cumsum(sel, 0) - sel
+        tl.store(out_row + slot, cols, mask=sel != 0)
+        n_eq += tl.sum(eq, 0)
+        n_sel += tl.sum(sel, 0)
+    tl.debug_barrier()   # other threads of this program read back what was just stored
+
+    # ---- order the k_eff selected by (value desc, index asc); pad with -1
+    slots = tl.arange(0, K_PAD)
+    filled = slots < k_eff
+    idx = tl.load(out_row + slots, mask=filled, other=0)
+    key = _order_key(tl.load(row_ptr + idx, mask=filled, other=0.0), filled)
+    signed_key = (key ^ _SIGN).to(tl.int32, bitcast=True)        # same order as key, as a signed int
+    composite = (signed_key.to(tl.int64) << 32) | (idx ^ _INT32_MAX).to(tl.int64)   # low word 2^31-1-idx
+    composite = tl.sort(tl.where(filled, composite, _EMPTY_SLOT), descending=True)
+    result = tl.where(composite == _EMPTY_SLOT, -1, composite.to(tl.int32) ^ _INT32_MAX)
+    tl.store(out_row + slots, result, mask=slots < k)

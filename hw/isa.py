@@ -1,0 +1,352 @@
+"""Cross-compilation report: every kernel of hw/ compiled for gfx950 and sm_90 on any machine (DESIGN §5, §7).
+
+`triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...))` runs Triton's whole pipeline
+down to the device binary without a GPU: the AMD backend links the HSACO with the LLD built into Triton's wheel,
+the NVIDIA backend runs the ptxas the wheel bundles. Each kernel package hw/_<name>_details exports `ISA_SPECS`
+(hw/_isa_spec.py states the contract); this module compiles each spec once per process (and Triton's on-disk
+cache keeps the binaries across processes) and reads, per kernel:
+
+  gfx950  matrix instructions (v_mfma*, v_smfmac*; the MXFP4 claim is v_mfma_scale_f32_*_f8f6f4), VGPR / AGPR /
+          SGPR counts, spill counts and the private (scratch) segment from the AMDGCN's metadata, LDS bytes;
+  sm90    matrix instructions in the PTX (wgmma.mma_async*, mma.sync*), registers per thread, stack and local
+          (spill) bytes and static shared memory from `cuobjdump -res-usage` on the cubin, plus Triton's dynamic
+          shared memory;
+
+and the occupancy those resources allow (waves per SIMD on gfx950, warps per SM on sm90; rules below).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ._isa_spec import TARGETS, CompileSpec
+
+GPU_TARGETS = {"gfx950": GPUTarget("hip", "gfx950", 64), "sm90": GPUTarget("cuda", 90, 32)}
+assert tuple(GPU_TARGETS) == TARGETS
+
+# ---------------------------------------------------------------------------------------------------------------
+# gfx950 (CDNA4, MI350X/MI355X) occupancy rules, per SIMD (4 SIMDs per CU):
+#  - ROCm "GPU specifications" table, MI355X/MI350X (gfx950): 512 KiB VGPR file per CU = 4 SIMDs x 512 registers
+#    x 64 lanes x 4 B; LDS 160 KiB per CU; wavefront 64.
+#  - gfx90a and later have a unified VGPR file: arch VGPRs and AGPRs share the 512 registers of a lane, at most 256
+#    of each (gfx90a ISA §3.6.4, as cited in LLVM commit b7611370); LLVM allocates them in granules of 8 and
+#    reports the combined count as "TotalNumVgprs" (AGPRs start at a 4-aligned offset after the arch VGPRs).
+#  - at most 8 waves per SIMD on gfx90a and later (LLVM AMDGPU getMaxWavesPerEU; LLVM prints "Occupancy: 8" for a
+#    kernel limited by nothing).
+#  - SGPRs limit waves on GFX8/GFX9 only above 80 (LLVM GCNSubtarget::getOccupancyWithNumSGPRs: <= 80: 10,
+#    <= 88: 9, <= 100: 8, else 7).
+#  - LDS is allocated in blocks of 320 dwords = 1280 B on gfx950 (LLVM AMDGPUUsage, COMPUTE_PGM_RSRC2.LDS_SIZE).
+#  - the waves of one workgroup are spread evenly over the 4 SIMDs of a CU (assumption of this model).
+AMD_VGPRS_PER_SIMD_LANE = 512
+AMD_VGPR_GRANULE = 8
+AMD_MAX_WAVES_PER_SIMD = 8
+AMD_SIMDS_PER_CU = 4
+AMD_LDS_PER_CU = 160 * 1024
+AMD_LDS_GRANULE = 320 * 4
+AMD_SGPR_WAVES = ((80, 10), (88, 9), (100, 8))   # (max SGPRs, waves); more SGPRs -> 7
+
+# sm_90 (H100/H200) occupancy rules, per SM: CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability", 9.0: 65536 32-bit registers, at most 255 per thread, 64 resident warps, 32 resident blocks,
+# 228 KB shared memory per SM of which at most 227 KB per block; 1 KB of shared memory is reserved per block
+# (cudaDevAttrReservedSharedMemoryPerBlock). Registers are allocated per warp in units of 256 (8 per thread);
+# shared memory in units of 128 B (CUDA occupancy calculator, compute capability 9.0).
+NV_REGS_PER_SM = 65536
+NV_REG_GRANULE_PER_THREAD = 8
+NV_MAX_WARPS_PER_SM = 64
+NV_MAX_BLOCKS_PER_SM = 32
+NV_SMEM_PER_SM = 228 * 1024
+NV_SMEM_PER_BLOCK = 227 * 1024
+NV_SMEM_RESERVED_PER_BLOCK = 1024
+NV_SMEM_GRANULE = 128
+
+SCALED_MFMA = re.compile(r"^v_mfma_scale_f32_\w+_f8f6f4$")
+_AMD_MATRIX_OP = re.compile(r"^\s+(v_mfma\w*|v_smfmac\w*)\s", re.M)
+_NV_MATRIX_OP = re.compile(r"^\s*(?:@!?%p\d+\s+)?((?:wgmma\.mma_async|mma\.sync)[\w.]*)", re.M)
+_AMD_META = re.compile(r"^\s+\.(vgpr_count|agpr_count|sgpr_count|vgpr_spill_count|sgpr_spill_count|"
+                       r"private_segment_fixed_size|group_segment_fixed_size):\s+(\d+)", re.M)
+_AMD_TOTAL_VGPRS = re.compile(r"^; TotalNumVgprs: (\d+)", re.M)
+_AMD_LLVM_OCCUPANCY = re.compile(r"^; Occupancy: (\d+)", re.M)
+_NV_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+_EXIT_BAD_ARGUMENT = 2
+
+
+@dataclass(frozen=True)
+class KernelIsa:
+    """What one compiled kernel uses on one target. Register counts per lane (gfx950) / thread (sm90)."""
+
+    label: str
+    kernel: str                             # the @triton.jit function's name
+    target: str                             # "gfx950" | "sm90"
+    num_warps: int
+    matrix_ops: tuple[tuple[str, int], ...]  # (mnemonic, static count), most frequent first
+    registers: tuple[tuple[str, int], ...]   # gfx950: vgpr_total (arch + acc, as allocated), vgpr, agpr, sgpr;
+                                            # sm90: reg
+    spills: int                             # spilled registers (gfx950) / 0 on sm90 (spills show as local bytes)
+    scratch_bytes: int                      # gfx950: private segment per lane; sm90: stack + local per thread
+    shared_bytes: int                       # LDS / shared memory per workgroup (static + Triton's dynamic)
+    occupancy: int                          # waves per SIMD (gfx950) / warps per SM (sm90); 0: does not fit
+    occupancy_max: int                      # the architecture's ceiling (8 waves per SIMD / 64 warps per SM)
+    limited_by: str                         # which resource sets the occupancy
+    compiler_occupancy: int | None          # gfx950: LLVM's own estimate (blind to Triton's dynamic LDS); sm90: None
+    compile_s: float
+    failures: tuple[str, ...]               # failed claims (empty: all good)
+
+    @property
+    def scaled_mfma(self) -> bool:
+        return any(SCALED_MFMA.match(op) for op, _ in self.matrix_ops)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["matrix_ops"] = dict(self.matrix_ops)
+        d["registers"] = dict(self.registers)
+        d["scaled_mfma"] = self.scaled_mfma
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KernelIsa":
+        fields = {k: v for k, v in d.items() if k != "scaled_mfma"}
+        fields.update(matrix_ops=tuple(d["matrix_ops"].items()), registers=tuple(d["registers"].items()),
+                      failures=tuple(d["failures"]))
+        return cls(**fields)
+
+
+# --------------------------------------------------------------------------------------------------- the registry
+def kernel_packages() -> tuple[str, ...]:
+    """Every hw/_<name>_details package (found on disk, so a new package is never forgotten)."""
+    here = os.path.dirname(__file__)
+    return tuple(sorted(f"{__package__}.{m.name}" for m in pkgutil.iter_modules([here])
+                        if m.ispkg and m.name.startswith("_") and m.name.endswith("_details")))
+
+
+def load_specs(modules: tuple[str, ...] | None = None) -> tuple[tuple[CompileSpec, ...], tuple[str, ...]]:
+    """(the ISA_SPECS of `modules` (default: every kernel package of hw/), the modules that export none)."""
+    specs, missing = [], []
+    for name in kernel_packages() if modules is None else modules:
+        module_specs = getattr(importlib.import_module(name), "ISA_SPECS", None)
+        if not module_specs:
+            missing.append(name)
+            continue
+        specs.extend(module_specs)
+    labels = [s.label for s in specs]
+    duplicated = sorted({x for x in labels if labels.count(x) > 1})
+    if duplicated:
+        raise ValueError(f"ISA_SPECS labels must be unique; repeated: {duplicated}")
+    return tuple(specs), tuple(missing)
+
+
+# ---------------------------------------------------------------------------------------------------- compiling
+_COMPILED: dict[tuple[str, str], tuple[object, float]] = {}
+_ANALYZED: dict[tuple[str, str], KernelIsa] = {}
+
+
+def compile_spec(spec: CompileSpec, target: str):
+    """The triton CompiledKernel of `spec` for `target` ("gfx950" | "sm90"), and its compile time in seconds.
+    Cached per process by (label, target)."""
+    if target not in GPU_TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    key = (spec.label, target)
+    if key not in _COMPILED:
+        if not isinstance(spec.fn, triton.runtime.JITFunction):
+            raise ValueError(f"{spec.label}: fn is not a compilable @triton.jit function (got "
+                             f"{type(spec.fn).__name__}: TRITON_INTERPRET=1 was set when it was defined; "
+                             f"hw.isa.report compiles in a child process then)")
+        signature = dict(spec.signature) | {name: "constexpr" for name in spec.constexprs}
+        aligned = [n for n, t in spec.signature.items() if t.startswith("*")] if spec.aligned is None \
+            else spec.aligned
+        attrs = {(spec.fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+        options = {"num_warps": spec.num_warps}
+        if spec.num_stages is not None:
+            options["num_stages"] = spec.num_stages
+        source = ASTSource(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
+        start = time.perf_counter()
+        compiled = triton.compile(source, target=GPU_TARGETS[target], options=options)
+        _COMPILED[key] = (compiled, time.perf_counter() - start)
+    return _COMPILED[key]
+
+
+def analyze(spec: CompileSpec, target: str) -> KernelIsa:
+    """Compile (cached) and read the resources, matrix instructions, occupancy and failed claims."""
+    key = (spec.label, target)
+    if key not in _ANALYZED:
+        compiled, seconds = compile_spec(spec, target)
+        read = _read_amdgcn if target == "gfx950" else _read_sm90
+        _ANALYZED[key] = read(spec, compiled, seconds)
+    return _ANALYZED[key]
+
+
+def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | None = None, *,
+           scaled_mfma_only: bool = False) -> tuple[tuple[KernelIsa, ...], tuple[str, ...]]:
+    """(one KernelIsa per spec of `modules` meant for `target`, the modules without ISA_SPECS).
+
+    `modules` defaults to every kernel package of hw/. `kernel` filters: a full label ("topk/k2048"), a label
+    prefix ending at a "/" ("topk"), or a function name; ValueError when it matches nothing. `scaled_mfma_only`
+    keeps the specs that claim scaled MFMA (the MXFP4 scorers for D >= 64).
+    Under TRITON_INTERPRET=1 the kernels (and Triton's own tl.sort & co.) are interpreter objects that cannot be
+    compiled, so the report is then made by a child Python process without it (`python -m hw.isa`).
+    """
+    if target not in GPU_TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    if triton.knobs.runtime.interpret:
+        return _report_in_child(target, kernel, modules, scaled_mfma_only)
+    specs, missing = load_specs(modules)
+    chosen = [s for s in specs if target in s.targets and (kernel is None or _matches(s, kernel))
+              and (s.scaled_mfma or not scaled_mfma_only)]
+    if kernel is not None and not chosen:
+        raise ValueError(f"kernel {kernel!r} matches no spec for {target}; labels: "
+                         f"{sorted(s.label for s in specs if target in s.targets)}")
+    return tuple(analyze(s, target) for s in chosen), missing
+
+
+def _report_in_child(target, kernel, modules, scaled_mfma_only):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # the child imports what this process can
+    cmd = [sys.executable, "-m", __name__, target]
+    cmd += [] if kernel is None else ["--kernel", kernel]
+    cmd += [] if modules is None else ["--modules", ",".join(modules)]
+    cmd += ["--scaled-mfma-only"] if scaled_mfma_only else []
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode == _EXIT_BAD_ARGUMENT:
+        raise ValueError(done.stderr.strip().splitlines()[-1])
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    result = json.loads(done.stdout)
+    return tuple(KernelIsa.from_json(d) for d in result["kernels"]), tuple(result["missing"])
+
+
+def _matches(spec: CompileSpec, name: str) -> bool:
+    return spec.label == name or spec.label.startswith(name.rstrip("/") + "/") or spec.fn.__name__ == name
+
+
+# ------------------------------------------------------------------------------------------------------ gfx950
+def _read_amdgcn(spec: CompileSpec, compiled, seconds: float) -> KernelIsa:
+    asm = compiled.asm["amdgcn"]
+    meta = {k: int(v) for k, v in _AMD_META.findall(asm)}
+    vgpr, agpr, sgpr = meta["vgpr_count"], meta.get("agpr_count", 0), meta["sgpr_count"]
+    total = _AMD_TOTAL_VGPRS.search(asm)
+    total_vgpr = int(total.group(1)) if total else (_round_up(vgpr, 4) + agpr if agpr else vgpr)
+    lds = max(compiled.metadata.shared, meta.get("group_segment_fixed_size", 0))
+    occupancy, limited_by = amd_waves_per_simd(total_vgpr, sgpr, lds, spec.num_warps)
+    spills = meta.get("vgpr_spill_count", 0) + meta.get("sgpr_spill_count", 0)
+    scratch = meta.get("private_segment_fixed_size", 0)
+    ops = _count(_AMD_MATRIX_OP.findall(asm))
+    failures = _common_failures(spills, scratch, occupancy)
+    if spec.scaled_mfma and not any(SCALED_MFMA.match(op) for op, _ in ops):
+        failures.append("MXFP4 scorer without v_mfma_scale_f32_*_f8f6f4 "
+                        f"(matrix ops: {', '.join(op for op, _ in ops) or 'none'})")
+    llvm = _AMD_LLVM_OCCUPANCY.search(asm)
+    registers = (("vgpr_total", total_vgpr), ("vgpr", vgpr), ("agpr", agpr), ("sgpr", sgpr))
+    return KernelIsa(spec.label, spec.fn.__name__, "gfx950", spec.num_warps, ops, registers, spills, scratch, lds,
+                     occupancy, AMD_MAX_WAVES_PER_SIMD, limited_by, int(llvm.group(1)) if llvm else None,
+                     round(seconds, 2), tuple(failures))
+
+
+def amd_waves_per_simd(vgprs: int, sgprs: int, lds_bytes: int, num_warps: int) -> tuple[int, str]:
+    """Waves per SIMD on gfx950 for a kernel using `vgprs` (arch + acc) and `sgprs` per wave and `lds_bytes` per
+    workgroup of `num_warps` waves, counted in whole workgroups; and the limiting resource."""
+    per_simd = math.ceil(num_warps / AMD_SIMDS_PER_CU)          # waves one workgroup puts on each SIMD
+    by_vgpr = AMD_VGPRS_PER_SIMD_LANE // _round_up(max(vgprs, 1), AMD_VGPR_GRANULE)
+    by_sgpr = next((w for limit, w in AMD_SGPR_WAVES if sgprs <= limit), 7)
+    limits = {
+        "waves": AMD_MAX_WAVES_PER_SIMD // per_simd,
+        "vgpr": min(by_vgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
+        "sgpr": min(by_sgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
+        "lds": AMD_LDS_PER_CU // _round_up(lds_bytes, AMD_LDS_GRANULE) if lds_bytes else math.inf,
+    }
+    limited_by = min(limits, key=lambda name: limits[name])
+    return int(limits[limited_by]) * per_simd, limited_by
+
+
+# ------------------------------------------------------------------------------------------------------- sm_90
+def _read_sm90(spec: CompileSpec, compiled, seconds: float) -> KernelIsa:
+    regs, stack, static_shared, local = _cuobjdump_resources(compiled.asm["cubin"])
+    shared = static_shared + compiled.metadata.shared
+    occupancy, limited_by = nv_warps_per_sm(regs, shared, spec.num_warps)
+    scratch = stack + local
+    ops = _count(_NV_MATRIX_OP.findall(compiled.asm["ptx"]))
+    failures = _common_failures(0, scratch, occupancy)
+    return KernelIsa(spec.label, spec.fn.__name__, "sm90", spec.num_warps, ops, (("reg", regs),), 0, scratch,
+                     shared, occupancy, NV_MAX_WARPS_PER_SM, limited_by, None, round(seconds, 2), tuple(failures))
+
+
+def _cuobjdump_resources(cubin: bytes) -> tuple[int, int, int, int]:
+    """(registers per thread, stack bytes, static shared bytes, local bytes) of the cubin's one kernel."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-res-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    found = _NV_RESOURCES.search(out)
+    if found is None:
+        raise RuntimeError(f"cuobjdump -res-usage printed no resource line:\n{out}")
+    return tuple(int(v) for v in found.groups())
+
+
+def nv_warps_per_sm(regs: int, shared_bytes: int, num_warps: int) -> tuple[int, str]:
+    """Resident warps per SM on sm_90 for blocks of `num_warps` warps using `regs` per thread and `shared_bytes`
+    (static + dynamic) per block, counted in whole blocks; and the limiting resource."""
+    regs_per_warp = _round_up(max(regs, 1), NV_REG_GRANULE_PER_THREAD) * 32
+    limits = {
+        "warps": NV_MAX_WARPS_PER_SM // num_warps,
+        "blocks": NV_MAX_BLOCKS_PER_SM,
+        "regs": (NV_REGS_PER_SM // regs_per_warp) // num_warps,
+        "smem": 0 if shared_bytes > NV_SMEM_PER_BLOCK else
+        NV_SMEM_PER_SM // (_round_up(shared_bytes, NV_SMEM_GRANULE) + NV_SMEM_RESERVED_PER_BLOCK),
+    }
+    limited_by = min(limits, key=lambda name: limits[name])
+    return limits[limited_by] * num_warps, limited_by
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def _common_failures(spills: int, scratch: int, occupancy: int) -> list[str]:
+    failures = []
+    if spills or scratch:
+        failures.append(f"scratch: {scratch} bytes, {spills} spilled registers")
+    if occupancy == 0:
+        failures.append("does not fit on one CU/SM (registers or shared memory)")
+    return failures
+
+
+def _count(ops: list[str]) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _round_up(x: int, granule: int) -> int:
+    return -(-x // granule) * granule
+
+
+def _main(argv=None) -> None:
+    """`python -m hw.isa TARGET [--kernel K] [--modules a,b] [--scaled-mfma-only]`: the report as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m hw.isa")
+    parser.add_argument("target", choices=TARGETS)
+    parser.add_argument("--kernel")
+    parser.add_argument("--modules", help="comma-separated modules exporting ISA_SPECS (default: hw's packages)")
+    parser.add_argument("--scaled-mfma-only", action="store_true")
+    args = parser.parse_args(argv)
+    modules = None if args.modules is None else tuple(args.modules.split(","))
+    try:
+        kernels, missing = report(args.target, args.kernel, modules, scaled_mfma_only=args.scaled_mfma_only)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(_EXIT_BAD_ARGUMENT) from None
+    json.dump({"kernels": [k.to_json() for k in kernels], "missing": list(missing)}, sys.stdout)
+
+
+if __name__ == "__main__":
+    _main()

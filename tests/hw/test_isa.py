@@ -1,0 +1,144 @@
+"""hw.isa: cross-compiled ISA facts for gfx950 and sm_90 (DESIGN §5), no GPU needed.
+
+The module's own ISA_SPECS (a tiny e2m1 x e2m1 `tl.dot_scaled` kernel at D = 32 and 128, and the top-k kernel at
+k = 64) are compiled once per target (module fixture; under TRITON_INTERPRET=1 hw.isa compiles in a child process
+that imports this module by name).
+"""
+from __future__ import annotations
+
+import pytest
+import triton
+import triton.language as tl
+
+from hw import isa
+from hw._isa_spec import CompileSpec
+from hw._topk_details import ISA_SPECS as TOPK_SPECS
+
+THIS_MODULE = "tests.hw.test_isa"
+TILE = 64   # M = N: one 64 x 64 output tile (a wgmma m64 tile on sm90, 32x32 MFMA tiles on gfx950)
+
+
+@triton.jit
+def tiny_dot_scaled(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr,
+                    D: tl.constexpr):
+    """out fp32 [M, N] = dequant(a) @ dequant(b)^T; a/b: e2m1 codes uint8 [M|N, D/2] (even element in the low
+    nibble), E8M0 scales uint8 [M|N, D/32]; everything contiguous."""
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    rk, rg = tl.arange(0, D // 2), tl.arange(0, D // 32)
+    a = tl.load(a_ptr + rm[:, None] * (D // 2) + rk[None, :])
+    b = tl.load(b_ptr + rn[:, None] * (D // 2) + rk[None, :])
+    a_scale = tl.load(a_scale_ptr + rm[:, None] * (D // 32) + rg[None, :])
+    b_scale = tl.load(b_scale_ptr + rn[:, None] * (D // 32) + rg[None, :])
+    out = tl.dot_scaled(a, a_scale, "e2m1", b.T, b_scale, "e2m1")
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], out)
+
+
+def _tiny(d: int) -> CompileSpec:
+    return CompileSpec(f"tiny_dot_scaled/D{d}", tiny_dot_scaled,
+                       {"a_ptr": "*u8", "a_scale_ptr": "*u8", "b_ptr": "*u8", "b_scale_ptr": "*u8", "out_ptr": "*fp32"},
+                       {"M": TILE, "N": TILE, "D": d}, scaled_mfma=True)
+
+
+ISA_SPECS = (_tiny(32), _tiny(128), *(s for s in TOPK_SPECS if s.label == "topk/k64"))
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[tuple[str, str], isa.KernelIsa]:
+    found = {}
+    for target in isa.TARGETS:
+        kernels, missing = isa.report(target, modules=(THIS_MODULE,))
+        assert missing == ()
+        found.update({(k.target, k.label): k for k in kernels})
+    assert len(found) == 2 * len(ISA_SPECS)
+    return found
+
+
+@pytest.mark.parametrize("target", isa.TARGETS)
+def test_topk_has_no_scratch_and_fits(reports, target):
+    k = reports[(target, "topk/k64")]
+    assert k.failures == () and k.scratch_bytes == 0 and k.spills == 0, k
+    assert k.matrix_ops == () and 1 <= k.occupancy <= k.occupancy_max, k
+    assert all(n > 0 for name, n in k.registers if name != "agpr"), k
+
+
+def test_gfx950_scaled_mfma_claim(reports):
+    """D >= 64: native v_mfma_scale_f32_*_f8f6f4. D = 32 (K = 32): Triton emits a bf16 MFMA instead, and the
+    claim check must say so (the negative control that shows the check can fail)."""
+    wide = reports[("gfx950", "tiny_dot_scaled/D128")]
+    assert wide.scaled_mfma and wide.failures == (), wide
+    narrow = reports[("gfx950", "tiny_dot_scaled/D32")]
+    assert not narrow.scaled_mfma and any(op.startswith("v_mfma_f32_") and op.endswith("bf16")
+                                          for op, _ in narrow.matrix_ops), narrow
+    assert len(narrow.failures) == 1 and "without v_mfma_scale_f32_*_f8f6f4" in narrow.failures[0], narrow
+
+
+def test_sm90_decomposes_dot_scaled_to_wgmma(reports):
+    """Hopper has no FP4 matrix unit: Triton upcasts and issues bf16 wgmma (FACTS: the 79.8 us sketch)."""
+    k = reports[("sm90", "tiny_dot_scaled/D128")]
+    assert any(op.startswith("wgmma.mma_async") and op.endswith(".bf16.bf16") for op, _ in k.matrix_ops), k
+    assert k.failures == () and not k.scaled_mfma, k
+
+
+def test_gfx950_occupancy_model_agrees_with_llvm(reports):
+    """Without LDS the model must reproduce LLVM's own estimate ("; Occupancy: N" in the AMDGCN)."""
+    for (target, label), k in reports.items():
+        if target == "gfx950":
+            regs = dict(k.registers)
+            assert k.compiler_occupancy is not None, label
+            assert isa.amd_waves_per_simd(regs["vgpr_total"], regs["sgpr"], 0, k.num_warps)[0] == \
+                k.compiler_occupancy, (label, k)
+
+
+# Expected values worked out by hand from the rules cited in hw/isa.py.
+@pytest.mark.parametrize("vgprs, sgprs, lds, warps, want", [
+    (4, 19, 0, 4, (8, "waves")),          # nothing limits: 8 waves per SIMD
+    (80, 80, 0, 4, (6, "vgpr")),          # 512 // 80
+    (65, 30, 0, 4, (7, "vgpr")),          # 65 -> 72 allocated, 512 // 72 = 7
+    (256, 30, 0, 4, (2, "vgpr")),
+    (512, 30, 0, 4, (1, "vgpr")),         # the whole unified file (256 arch + 256 acc)
+    (64, 102, 0, 4, (7, "sgpr")),         # more than 100 SGPRs: 7 waves
+    (32, 30, 64 * 1024, 4, (2, "lds")),   # 160 KiB // 64 KiB = 2 workgroups of one wave per SIMD each
+    (32, 30, 1, 8, (8, "waves")),         # 8-wave workgroups put 2 waves on each SIMD: 4 workgroups
+    (100, 30, 0, 8, (4, "vgpr")),         # 104 allocated: 4 waves = 2 workgroups of 2 waves per SIMD
+])
+def test_amd_occupancy_rules(vgprs, sgprs, lds, warps, want):
+    assert isa.amd_waves_per_simd(vgprs, sgprs, lds, warps) == want
+
+
+@pytest.mark.parametrize("regs, shared, warps, want", [
+    (32, 0, 4, (64, "warps")),            # 64 resident warps
+    (55, 2048, 4, (36, "regs")),          # 56 * 32 regs per warp -> 36 warps = 9 blocks of 4
+    (255, 0, 4, (8, "regs")),             # 256 * 32 = 8192 per warp -> 8 warps
+    (32, 100 * 1024, 4, (8, "smem")),     # 228 KB // (100 KB + 1 KB reserved) = 2 blocks
+    (32, 0, 1, (32, "blocks")),           # one-warp blocks: 32 resident blocks
+    (32, 228 * 1024, 4, (0, "smem")),     # over the 227 KB per-block limit: does not launch
+])
+def test_nv_occupancy_rules(regs, shared, warps, want):
+    assert isa.nv_warps_per_sm(regs, shared, warps) == want
+
+
+def test_hw_mxfp4_scorers_use_scaled_mfma():
+    """Every hw/ spec that claims scaled MFMA (MXFP4 scorers, D >= 64) compiles to it on gfx950, without scratch."""
+    specs, _ = isa.load_specs()
+    claimed = {s.label for s in specs if s.scaled_mfma}
+    assert any("/D64" in label for label in claimed) and any("/D128" in label for label in claimed), \
+        f"hw/_logits_details must export MXFP4 scorer specs at D = 64 and 128 with scaled_mfma=True; got {claimed}"
+    kernels, _ = isa.report("gfx950", scaled_mfma_only=True)
+    assert {k.label for k in kernels} == claimed
+    assert all(k.scaled_mfma and not k.failures for k in kernels), \
+        [(k.label, k.failures) for k in kernels if k.failures]
+
+
+def test_registry_lists_topk_and_rejects_bad_requests():
+    assert "hw._topk_details" in isa.kernel_packages()
+    specs, _ = isa.load_specs(("hw._topk_details",))
+    assert [s.label for s in specs] == [s.label for s in TOPK_SPECS]
+    with pytest.raises(ValueError, match="target must be one of"):
+        isa.report("gfx942")
+
+
+def test_compile_spec_must_name_every_parameter():
+    with pytest.raises(ValueError, match="must name every parameter"):
+        CompileSpec("bad", tiny_dot_scaled, {"a_ptr": "*u8"}, {"M": 64, "N": 64, "D": 32})
+    with pytest.raises(ValueError, match="targets must be"):
+        CompileSpec("bad", tiny_dot_scaled, _tiny(32).signature, _tiny(32).constexprs, targets=("gfx942",))

@@ -1,0 +1,159 @@
+"""hw.top_k_per_row against sim.topk.top_k: exact equality on identical fp32 logits (DESIGN §4).
+
+Every case poisons the invisible columns (past the row's length, before its start, and the gap between rows of a
+strided view) with +inf / NaN / 3e38, which would win if they were ever read as candidates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+import hw
+from hw._topk_details import BLOCK, MAX_K
+from sim.topk import top_k as sim_top_k
+from tests.sim._assert import assert_exact
+
+pytestmark = pytest.mark.interp
+
+TIE_VALUES = np.array([-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0], dtype=np.float32)
+SPECIAL_VALUES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.5, -1.5,
+                           3.4028235e38, -3.4028235e38, 1.1754944e-38], dtype=np.float32)
+POISON = np.array([np.inf, np.nan, 3e38], dtype=np.float32)
+FIRST_CHUNK_TIES = 8   # "two_chunks": fewer than the case's k, so the tie at the threshold spans both chunks
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    width: int
+    k: int
+    lengths: tuple[int, ...]              # one per row; may be < 0 or > width (the kernel clamps)
+    values: str = "normal"                # "normal" | "ties" | "special" | "two_chunks"
+    starts: tuple[int, ...] | None = None
+    row_gap: int = 0                      # extra (poisoned) elements between rows: row stride = width + row_gap
+
+
+CASES = [
+    # many ties, width not a multiple of BLOCK, rows ending exactly at / just past a chunk boundary
+    Case("ties", BLOCK + 476, 100, (BLOCK + 476, BLOCK, BLOCK + 1, 99, 100, 101), values="ties"),
+    # NaN (both signs), +-inf, +-0, denormals, +-FLT_MAX; short rows (0, 1, < k, == k, > k)
+    Case("special", 200, 64, (200, 0, 1, 5, 63, 64, 65, 130), values="special"),
+    # k > W: the tail is -1; lengths past W and negative lengths are clamped
+    Case("k_gt_width", 10, 37, (10, 3, 0, 25, -4), values="special"),
+    Case("k1", 2100, 1, (2100, 1, 0, 1337), values="ties"),
+    Case("k_eq_width", 48, 48, (48, 47, 48), values="ties"),
+    # the k-th value is tied across two chunks (FIRST_CHUNK_TIES copies in the first, many in the second): the
+    # lowest indices win, none dropped or repeated
+    Case("ties_across_chunks", BLOCK + 400, 40, (BLOCK + 400, BLOCK + 3), values="two_chunks"),
+    Case("row_stride", 333, 20, (333, 100, 333), values="normal", row_gap=13),
+    # ragged prefill: starts (including start == end, start > end, negative start) with absolute indices
+    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties",
+         starts=(0, 300, 40, 700, -5, 10)),
+    Case("k_max", BLOCK + 500, MAX_K, (BLOCK + 100,), values="ties"),   # one row: the interpreter's sort is slow
+]
+
+
+def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """fp32 [rows, width + row_gap]; invisible entries (of the clamped ranges) poisoned."""
+    rows, stride = len(case.lengths), case.width + case.row_gap
+    if case.values == "normal":
+        x = rng.standard_normal((rows, stride)).astype(np.float32)
+    elif case.values == "ties":
+        x = rng.choice(TIE_VALUES, size=(rows, stride))
+    elif case.values == "special":
+        x = rng.choice(SPECIAL_VALUES, size=(rows, stride))
+    else:   # -1, except 0.25 at FIRST_CHUNK_TIES columns of the first chunk and at about half of the others
+        x = np.where(rng.random((rows, stride)) < 0.5, 0.25, -1.0).astype(np.float32)
+        x[:, :BLOCK] = -1.0
+        for row in x:
+            row[rng.choice(BLOCK, FIRST_CHUNK_TIES, replace=False)] = 0.25
+    starts, ends = _clamped_ranges(case)
+    cols = np.arange(stride)
+    invisible = (cols < starts[:, None]) | (cols >= ends[:, None])
+    x[invisible] = rng.choice(POISON, size=int(invisible.sum()))
+    return x
+
+
+def _clamped_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The visible [start, end) per row as the kernel defines it, in sim's form 0 <= start <= end <= W."""
+    ends = np.clip(np.array(case.lengths, dtype=np.int64), 0, case.width)
+    starts = np.zeros_like(ends) if case.starts is None else np.array(case.starts, dtype=np.int64)
+    return np.clip(starts, 0, ends), ends
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_matches_sim(case: Case, device):
+    rng = np.random.default_rng(sum(map(ord, case.name)))
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    want = sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)
+
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    assert logits.stride() == (case.width + case.row_gap, 1)
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    got = hw.top_k_per_row(logits, lengths, case.k, starts=starts_t)
+
+    assert got.shape == (len(case.lengths), case.k) and got.dtype == torch.int32 and got.is_contiguous()
+    assert_exact(got.cpu().numpy(), want, f"top-k indices ({case.name})",
+                 context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
+
+
+def test_empty_inputs(device):
+    """rows == 0 gives an empty result; W == 0 gives all -1 (no launch needed for either)."""
+    lengths = torch.zeros(3, dtype=torch.int32, device=device)
+    none = hw.top_k_per_row(torch.zeros((0, 8), device=device), lengths[:0], 4)
+    assert none.shape == (0, 4)
+    pad = hw.top_k_per_row(torch.zeros((3, 0), device=device), lengths, 4)
+    assert pad.cpu().tolist() == [[-1] * 4] * 3
+
+
+@dataclass(frozen=True)
+class Bad:
+    name: str
+    change: Callable[[torch.device], dict]   # device -> overrides of the good arguments
+    message: str                             # must appear in the ValueError
+
+
+def _good(device):
+    return dict(logits=torch.zeros((4, 16), device=device), lengths=torch.full((4,), 16, dtype=torch.int32,
+                device=device), k=8, starts=None)
+
+
+def _index_tensor(*shape, device, dtype=torch.int32):
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+BAD = [
+    Bad("logits_dtype", lambda d: dict(logits=torch.zeros((4, 16), dtype=torch.float64, device=d)),
+        "logits must have dtype"),
+    Bad("logits_bf16", lambda d: dict(logits=torch.zeros((4, 16), dtype=torch.bfloat16, device=d)),
+        "logits must have dtype"),
+    Bad("logits_1d", lambda d: dict(logits=torch.zeros(16, device=d)), "logits must be 2-D"),
+    Bad("logits_numpy", lambda d: dict(logits=np.zeros((4, 16), np.float32)), "logits must be a torch.Tensor"),
+    Bad("logits_column_stride", lambda d: dict(logits=torch.zeros((16, 4), device=d).t()), "unit column stride"),
+    Bad("lengths_dtype", lambda d: dict(lengths=_index_tensor(4, device=d, dtype=torch.int64)),
+        "lengths must have dtype"),
+    Bad("lengths_shape", lambda d: dict(lengths=_index_tensor(5, device=d)), "lengths must have shape"),
+    Bad("lengths_strided", lambda d: dict(lengths=_index_tensor(8, device=d)[::2]), "lengths must be contiguous"),
+    Bad("starts_dtype", lambda d: dict(starts=_index_tensor(4, device=d, dtype=torch.int64)), "starts must have dtype"),
+    Bad("starts_shape", lambda d: dict(starts=_index_tensor(4, 1, device=d)), "starts must have shape"),
+    Bad("k_zero", lambda d: dict(k=0), "k must be in 1..2048"),
+    Bad("k_negative", lambda d: dict(k=-3), "k must be in 1..2048"),
+    Bad("k_too_big", lambda d: dict(k=MAX_K + 1), "k must be in 1..2048"),
+    Bad("k_float", lambda d: dict(k=8.0), "k must be a Python int"),
+    Bad("k_bool", lambda d: dict(k=True), "k must be a Python int"),
+    Bad("device_mismatch", lambda d: dict(lengths=_index_tensor(4, device="meta")), "share a device"),
+]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=lambda b: b.name)
+def test_rejects_bad_input(bad: Bad, device):
+    args = _good(device)
+    args.update(bad.change(device))
+    with pytest.raises(ValueError, match=bad.message):
+        hw.top_k_per_row(args.pop("logits"), args.pop("lengths"), args.pop("k"), **args)
