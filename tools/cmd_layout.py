@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from dataclasses import asdict
 
 import click
@@ -212,8 +213,7 @@ def layout(kv_dtype, layout, page_size, head_dim, page_stride, num_pages, view_o
         report = boundary_report(geom, block_table)
         verify = None
         if pool is not None:
-            stderr = click.get_text_stream("stderr")
-            with click.progressbar(length=_PROGRESS_STEPS, label="verifying", file=stderr) as bar:
+            with click.progressbar(length=_PROGRESS_STEPS, label="verifying", file=sys.stderr) as bar:
                 def progress(done, total):
                     bar.update(done * _PROGRESS_STEPS // total - bar.pos)
                 verify = verify_cache(pool, geom, block_table, progress=progress)
