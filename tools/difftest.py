@@ -22,7 +22,9 @@ A sim/ function that has not landed, or a hw/ entry point that still raises NotI
 
 The module imports neither torch nor hw at import time: `make_env` picks the device (tools.runtime.choose_device
 sets TRITON_INTERPRET=1 for the CPU) before the first `import hw`. Fixture builders here (`make_geometry`,
-`hostile_values`, `build_paged_kv`, `torch_cache_view`, ...) are meant to be shared by tests.
+`hostile_values`, `hostile_rows`, `sim_input`, `build_paged_kv`, `torch_cache_view`, `host_to_device`,
+`pair_as_torch`, `sim_quantize_q`, ...) are the one implementation the tests share (tools/ cannot import tests/);
+torch is imported inside the functions that need it.
 """
 from __future__ import annotations
 
@@ -43,6 +45,13 @@ POISON = 0xFF                    # unused pages / scale bytes: E8M0 NaN, e4m3 Na
 MX_BLOCK = 32
 LARGE_PAGE_STRIDE = 1_077_120    # a page stride reported from production shared pools (FACTS)
 INT32_MAX = 2 ** 31 - 1
+#: Kernel input dtypes by the names cases use, as torch attribute names (torch is imported lazily).
+INPUT_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+#: E2M1 rounding ties (in units of the block scale) and exactly representable magnitudes, for tie-heavy blocks.
+E2M1_TIES = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+#: hostile_rows' per-row power-of-two range for each input dtype (inside its normal range, fp16's is narrow).
+EXPONENT_RANGE = {"fp32": (-140, 124), "bf16": (-140, 124), "fp16": (-22, 13)}
 
 
 class Unavailable(Exception):
@@ -85,14 +94,8 @@ class Env:
             raise Unavailable(f"hw.{name} raises NotImplementedError") from None
 
     def tensor(self, a: np.ndarray, dtype=None):
-        """numpy -> a torch *copy* on the env's device; `dtype` reinterprets the bytes (uint8 -> float8_e4m3fn).
-
-        Always a copy: on the CPU a shared buffer would let the kernel write into the oracle's own arrays.
-        """
-        t = self.torch.from_numpy(np.array(a, copy=True, order="C"))
-        if dtype is not None:
-            t = t.view(dtype)
-        return t.to(self.device)
+        """host_to_device onto the env's device."""
+        return host_to_device(a, self.device, dtype)
 
     def numpy(self, t) -> np.ndarray:
         """torch -> numpy on the host; float8 tensors come back as their uint8 bit patterns."""
@@ -100,6 +103,20 @@ class Env:
         if t.dtype == self.torch.float8_e4m3fn:
             t = t.view(self.torch.uint8)
         return t.cpu().numpy()
+
+
+def host_to_device(a: np.ndarray, device, dtype=None):
+    """numpy -> a torch *copy* on `device` (C-contiguous, torch-allocated, so aligned beyond the 16 bytes cache
+    views need); `dtype` reinterprets the bytes (uint8 -> float8_e4m3fn).
+
+    Always a copy: on the CPU a shared buffer would let the kernel write into the oracle's own arrays.
+    """
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(a)).clone()
+    if dtype is not None:
+        t = t.view(dtype)
+    return t.to(device)
 
 
 def make_env(device: str | None = "auto") -> Env:
@@ -229,8 +246,7 @@ def _special_blocks(rng: np.random.Generator) -> list[np.ndarray]:
         return b
 
     one_ulp = np.float32(np.nextafter(np.float32(1.5), np.float32(2)))
-    ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5.0],
-                    np.float32)
+    ties = np.array(E2M1_TIES + tuple(-t for t in E2M1_TIES), np.float32)
     return [
         block([], 0.0),                                        # all zero
         block([-0.0] * 16, 0.0),                               # signed zeros
@@ -274,19 +290,61 @@ def hostile_values(rng: np.random.Generator, rows: int, head_dim: int) -> np.nda
     return x
 
 
-def to_input(env: Env, x: np.ndarray, dtype: str):
-    """float32 host values -> (torch tensor of `dtype` on the device, the exact same values as sim input).
+def hostile_rows(rng: np.random.Generator, rows: int, head_dim: int, dtype: str):
+    """torch CPU tensor [rows, head_dim] of input dtype `dtype` ("bf16" | "fp16" | "fp32"): per-row magnitudes
+    across that dtype's own exponent range (EXPONENT_RANGE), plus special rows.
 
-    sim takes bf16 as uint16 bit patterns; fp16 as float16; fp32 as float32 (sim.formats.as_float32_input).
+    Where hostile_values puts fp32 edge blocks into every row, this covers each input dtype's range: rows cycle
+    (r % 8) through random normals at a random power of two 2^e; E2M1 ties and grid values around a block maximum
+    of exactly 6 * 2^(e-2); block maxima with mantissa 1.5, 1.75, 1.5 + 2^-7, 1.25 (the scale rules disagree); an
+    all-zero first block with -0.0; NaN in one element; +Inf and -Inf; subnormal-only rows (fp32/bf16: below the
+    dtype's smallest normal); the dtype's largest finite value.
     """
-    torch = env.torch
-    t = torch.from_numpy(np.ascontiguousarray(x)).to({"bf16": torch.bfloat16, "fp16": torch.float16,
-                                                     "fp32": torch.float32}[dtype])
-    if dtype == "bf16":
-        sim_x = t.view(torch.int16).numpy().view(np.uint16)
-    else:
-        sim_x = t.numpy()
-    return t.to(env.device), sim_x
+    import torch
+
+    lo, hi = EXPONENT_RANGE[dtype]
+    exps = rng.integers(lo, hi, size=(rows, 1))
+    x = rng.standard_normal((rows, head_dim)) * np.exp2(exps.astype(np.float64))
+    torch_dtype = getattr(torch, INPUT_DTYPES[dtype])
+    finfo = torch.finfo(torch_dtype)
+    blocks = head_dim // MX_BLOCK
+    for r in range(rows):
+        kind = r % 8
+        e = int(np.clip(exps[r, 0], lo + 4, hi - 4))
+        if kind == 1:  # ties on the grid of a block whose max is exactly 6 * 2^(e-2)
+            x[r] = rng.choice(E2M1_TIES + E2M1_GRID, size=head_dim) * rng.choice([-1, 1], size=head_dim) \
+                * 2.0 ** (e - 2)
+            x[r, ::MX_BLOCK] = 6 * 2.0 ** (e - 2)
+        elif kind == 2:  # block maxima with mantissa 1.5, 1.75, just above 1.5 (rule-dependent scales)
+            x[r, ::MX_BLOCK] = rng.choice([1.5, 1.75, 1.5 + 2.0 ** -7, 1.25], size=blocks) * 2.0 ** e
+        elif kind == 3:
+            x[r, :MX_BLOCK] = 0.0
+            x[r, 1:MX_BLOCK:2] = -0.0
+        elif kind == 4:
+            x[r, rng.integers(head_dim)] = np.nan
+        elif kind == 5:
+            x[r, rng.integers(head_dim)] = np.inf
+            x[r, rng.integers(head_dim)] = -np.inf
+        elif kind == 6:
+            x[r] = rng.standard_normal(head_dim) * float(finfo.tiny) * 0.5
+        elif kind == 7:
+            x[r, rng.integers(head_dim)] = float(finfo.max) * rng.choice([-1, 1])
+    return torch.from_numpy(x).to(torch_dtype)
+
+
+def sim_input(x) -> np.ndarray:
+    """The sim/ form of a bf16 / fp16 / fp32 torch tensor, same values (sim.formats.as_float32_input): bf16 as
+    uint16 bit patterns, fp16 as float16, fp32 as float32; copied to the host."""
+    import torch
+
+    x = x.detach().cpu()
+    return x.view(torch.uint16).numpy() if x.dtype == torch.bfloat16 else x.numpy()
+
+
+def to_input(env: Env, x: np.ndarray, dtype: str):
+    """float32 host values -> (torch tensor of `dtype` on the device, the exact same values as sim input)."""
+    t = env.torch.from_numpy(np.ascontiguousarray(x)).to(getattr(env.torch, INPUT_DTYPES[dtype]))
+    return t.to(env.device), sim_input(t)
 
 
 def sim_quantize(kv_dtype: str, x: np.ndarray, scale_rule: str = "rceil"):
@@ -345,32 +403,40 @@ def build_paged_kv(rng: np.random.Generator, kv_dtype: str, layout: str | None, 
     return PagedKV(geom, pool, table.astype(np.int32))
 
 
-def kv_as_torch(env: Env, kv_dtype: str, values: np.ndarray, scales: np.ndarray):
-    """(values, scales) -> the torch pair of DESIGN §8 (fp8 values as float8_e4m3fn)."""
-    if kv_dtype == "fp8":
-        return env.tensor(values, env.torch.float8_e4m3fn), env.tensor(scales.astype(np.float32))
-    return env.tensor(values), env.tensor(scales)
+def pair_as_torch(kv_dtype: str, values: np.ndarray, scales: np.ndarray | None, device, *,
+                  int32_scales: bool = False):
+    """A sim (values, scales) pair -> the DESIGN §8 torch pair on `device` (host_to_device copies).
 
-
-def q_as_torch(env: Env, values: np.ndarray, scales: np.ndarray | None):
-    """The DESIGN §8 q pair: FP8 (scales None) -> (float8_e4m3fn values, None); MXFP4 -> (uint8 codes, uint8 scales)."""
-    if scales is None:
-        return env.tensor(values, env.torch.float8_e4m3fn), None
-    return env.tensor(values), env.tensor(scales)
-
-
-def quantized_queries(rng: np.random.Generator, kv_dtype: str, shape: tuple, heads_weights: np.ndarray):
-    """Random q of `shape` [..., H, D] quantized by sim -> (q_values, q_scales, q64 exact, weights for the kernel).
-
-    FP8 folds the per-(token, head) q scale into the weights (DESIGN §8), so q64 is the e4m3 values alone.
+    FP8: e4m3 bit patterns uint8 -> float8_e4m3fn; scales float32, or None for q (its scale is folded into the
+    weights). MXFP4: codes uint8 [..., D/2] and E8M0 scales uint8 [..., D/32]; int32_scales views each row's
+    scale bytes as int32 words (DeepGEMM packing: [..., 1] int32 at D = 128).
     """
-    x = random_values(rng, shape, spread=2)
+    import torch
+
+    if kv_dtype == "fp8":
+        return (host_to_device(values, device, torch.float8_e4m3fn),
+                None if scales is None else host_to_device(scales.astype(np.float32), device))
+    return host_to_device(values, device), host_to_device(scales, device, torch.int32 if int32_scales else None)
+
+
+def sim_quantize_q(kv_dtype: str, x: np.ndarray, heads_weights: np.ndarray):
+    """q float32 [..., H, D] and weights [..., H] quantized by sim -> (q_values, q_scales, q64 exact, weights for
+    the kernel float32 [..., H]).
+
+    FP8 folds the per-(token, head) q scale into the weights (DESIGN §8; exact, the scales are powers of two), so
+    q_scales is None and q64 is the e4m3 values alone. MXFP4: codes uint8 [..., H, D/2], E8M0 scales [..., H, D/32].
+    """
     v, s = sim_quantize(kv_dtype, x)
     dequantize_q = sim_api("scorer", "dequantize_q")
     if kv_dtype == "fp8":
         folded = (heads_weights.astype(np.float32) * s.reshape(heads_weights.shape)).astype(np.float32)
         return v, None, dequantize_q(v, None), folded
     return v, s, dequantize_q(v, s), heads_weights.astype(np.float32)
+
+
+def quantized_queries(rng: np.random.Generator, kv_dtype: str, shape: tuple, heads_weights: np.ndarray):
+    """Random q of `shape` [..., H, D] through sim_quantize_q."""
+    return sim_quantize_q(kv_dtype, random_values(rng, shape, spread=2), heads_weights)
 
 
 # ------------------------------------------------------------------------------------------------ cases
@@ -412,34 +478,65 @@ class CaseResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WriterCase(Case):
-    """hw.indexer_k_quant_and_cache vs sim.layout.write_tokens(sim quantize) over the whole (poisoned) pool."""
+class FormatCase(Case):
+    """A case over one KV format (fp8 | mxfp4) and head dim."""
 
-    kind: ClassVar[str] = "writer"
     kv_dtype: str = "mxfp4"
-    layout: str | None = None
-    page_size: int = 16
     head_dim: int = 64
-    num_tokens: int = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputCase(FormatCase):
+    """A case quantizing kernel inputs of `dtype` (bf16 | fp16 | fp32) with `scale_rule` (MXFP4): random values, or
+    hostile_values with `hostile`."""
+
     dtype: str = "bf16"
     scale_rule: str = "rceil"
     hostile: bool = False
+
+    def input_values(self, rng: np.random.Generator, rows: int) -> np.ndarray:
+        """float32 [rows, head_dim]."""
+        return hostile_values(rng, rows, self.head_dim) if self.hostile else random_values(rng, (rows, self.head_dim))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagedCase(FormatCase):
+    """A case over a paged pool: layout (None: kv_dtype's planar one), page size, page stride = tight stride +
+    stride_pad, view offset (make_geometry)."""
+
+    layout: str | None = None
+    page_size: int = 16
     stride_pad: int = 0
     view_offset: int = 0
+
+    def geometry(self, num_pages: int):
+        return make_geometry(self.kv_dtype, self.layout, self.page_size, self.head_dim, num_pages, self.stride_pad,
+                             self.view_offset)
+
+    def paged_kv(self, rng: np.random.Generator, tokens: Sequence[int], **kwargs) -> PagedKV:
+        """build_paged_kv with this case's format and geometry; kwargs: build_paged_kv's nan_token, ..."""
+        return build_paged_kv(rng, self.kv_dtype, self.layout, self.page_size, self.head_dim, tokens,
+                              stride_pad=self.stride_pad, view_offset=self.view_offset, **kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterCase(PagedCase, InputCase):
+    """hw.indexer_k_quant_and_cache vs sim.layout.write_tokens(sim quantize) over the whole (poisoned) pool."""
+
+    kind: ClassVar[str] = "writer"
+    num_tokens: int = 20
 
     def run(self, env: Env) -> Outcome:
         rng = case_rng(self.name)
         P = self.page_size
         num_pages = -(-self.num_tokens // P) + 3
-        geom = make_geometry(self.kv_dtype, self.layout, P, self.head_dim, num_pages, self.stride_pad,
-                             self.view_offset)
+        geom = self.geometry(num_pages)
         pool = sim_api("layout", "new_pool")(geom, fill=POISON)
         pool[: geom.view_offset] = rng.integers(0, 256, geom.view_offset, dtype=np.uint8)  # foreign bytes
         # Slots on shuffled pages, not in token order; a few tokens skipped (slot -1).
         slots = rng.permutation(num_pages * P)[: self.num_tokens].astype(np.int64)
         slots[rng.random(self.num_tokens) < 0.15] = -1
-        x = (hostile_values(rng, self.num_tokens, self.head_dim) if self.hostile
-             else random_values(rng, (self.num_tokens, self.head_dim)))
+        x = self.input_values(rng, self.num_tokens)
         k_t, k_sim = to_input(env, x, self.dtype)
         pool_t = env.tensor(pool)
         env.call("indexer_k_quant_and_cache", k_t, torch_cache_view(pool_t, geom), env.tensor(slots),
@@ -451,22 +548,16 @@ class WriterCase(Case):
 
 
 @dataclass(frozen=True, kw_only=True)
-class QuantQCase(Case):
+class QuantQCase(InputCase):
     """hw.quantize_q_mxfp4 / hw.quantize_q_fp8 vs sim (FP8: folded weights = weights * sim scale, exact)."""
 
     kind: ClassVar[str] = "quant_q"
-    kv_dtype: str = "mxfp4"
     tokens: int = 5
     heads: int = 3
-    head_dim: int = 64
-    dtype: str = "bf16"
-    scale_rule: str = "rceil"
-    hostile: bool = False
 
     def run(self, env: Env) -> Outcome:
         rng = case_rng(self.name)
-        rows = self.tokens * self.heads
-        x = hostile_values(rng, rows, self.head_dim) if self.hostile else random_values(rng, (rows, self.head_dim))
+        x = self.input_values(rng, self.tokens * self.heads)
         x = x.reshape(self.tokens, self.heads, self.head_dim)
         q_t, q_sim = to_input(env, x, self.dtype)
         if self.kv_dtype == "mxfp4":
@@ -485,22 +576,15 @@ class QuantQCase(Case):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GatherCase(Case):
+class GatherCase(PagedCase):
     """hw.cp_gather_indexer_k_quant_cache vs sim.layout.read_tokens, sequences concatenated at cu_seq_lens."""
 
     kind: ClassVar[str] = "gather"
-    kv_dtype: str = "mxfp4"
-    layout: str | None = None
-    page_size: int = 16
-    head_dim: int = 64
     seq_lens: tuple = (1, 17, 40)
-    stride_pad: int = 0
-    view_offset: int = 0
 
     def run(self, env: Env) -> Outcome:
         rng = case_rng(self.name)
-        kv = build_paged_kv(rng, self.kv_dtype, self.layout, self.page_size, self.head_dim, self.seq_lens,
-                            stride_pad=self.stride_pad, view_offset=self.view_offset)
+        kv = self.paged_kv(rng, self.seq_lens)
         cu = np.concatenate([[0], np.cumsum(self.seq_lens)]).astype(np.int32)
         pool_t = env.tensor(kv.pool)
         values, scales = env.call("cp_gather_indexer_k_quant_cache", torch_cache_view(pool_t, kv.geom),
@@ -513,13 +597,11 @@ class GatherCase(Case):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrefillCase(Case):
+class PrefillCase(FormatCase):
     """hw.fp8_fp4_mqa_logits vs sim.scorer.prefill_logits (ragged [ks, ke) per query row)."""
 
     kind: ClassVar[str] = "prefill"
-    kv_dtype: str = "mxfp4"
     heads: int = 3
-    head_dim: int = 64
     num_q: int = 7
     num_k: int = 40
     ranges: str = "causal"    # causal | random | empty (ks == ke on some rows)
@@ -542,8 +624,9 @@ class PrefillCase(Case):
         if self.ranges == "empty":
             ks[::2] = ke[::2]
         ks, ke = ks.astype(np.int32), ke.astype(np.int32)
-        out = env.call("fp8_fp4_mqa_logits", q_as_torch(env, qv, qs), kv_as_torch(env, self.kv_dtype, kv_v, kv_s),
-                       env.tensor(wk), env.tensor(ks), env.tensor(ke), clean_logits=self.clean_logits)
+        out = env.call("fp8_fp4_mqa_logits", pair_as_torch(self.kv_dtype, qv, qs, env.device),
+                       pair_as_torch(self.kv_dtype, kv_v, kv_s, env.device), env.tensor(wk), env.tensor(ks),
+                       env.tensor(ke), clean_logits=self.clean_logits)
         ref = sim_api("scorer", "prefill_logits")(q64, k64, wk, ks, ke, clean_logits=True)
         u = declared_unit_roundoff(env, self.kv_dtype)
         bound = sim_api("scorer", "prefill_error_bound")(
@@ -555,34 +638,27 @@ class PrefillCase(Case):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DecodeCase(Case):
+class DecodeCase(PagedCase):
     """hw.fp8_fp4_paged_mqa_logits (+ get_paged_mqa_logits_metadata) vs sim.scorer.decode_logits.
 
     context_lens: per sequence (1-D) or, with two_d, per (sequence, next_n row) as a tuple of tuples.
     """
 
     kind: ClassVar[str] = "decode"
-    kv_dtype: str = "mxfp4"
-    layout: str | None = None
-    page_size: int = 16
-    head_dim: int = 64
     heads: int = 3
     context_lens: tuple = (0, 1, 17, 40)
     next_n: int = 1
     two_d: bool = False
     max_context_len: int | None = None    # default: the longest context + 5 (a wider output than needed)
     clean_logits: bool = True
-    stride_pad: int = 0
-    view_offset: int = 0
     nan_token: tuple | None = None         # (sequence, token) with a NaN K block
 
     def run(self, env: Env) -> Outcome:
         rng = case_rng(self.name)
         ctx = np.asarray(self.context_lens, np.int64)
-        B, N, H, D, P = ctx.shape[0], self.next_n, self.heads, self.head_dim, self.page_size
+        B, N, H, D = ctx.shape[0], self.next_n, self.heads, self.head_dim
         seq_tokens = ctx.max(axis=1) if self.two_d else ctx
-        kv = build_paged_kv(rng, self.kv_dtype, self.layout, P, D, [int(n) for n in seq_tokens],
-                            stride_pad=self.stride_pad, view_offset=self.view_offset, nan_token=self.nan_token)
+        kv = self.paged_kv(rng, [int(n) for n in seq_tokens], nan_token=self.nan_token)
         W = int(seq_tokens.max(initial=0)) + 5 if self.max_context_len is None else self.max_context_len
         w = rng.standard_normal((B * N, H)).astype(np.float32)
         qv, qs, q64, wk = quantized_queries(rng, self.kv_dtype, (B, N, H, D), w)
@@ -598,7 +674,8 @@ def score_paged(env: Env, kv: PagedKV, qv, qs, q64, wk, ctx32, next_n: int, widt
     ctx_t = env.tensor(ctx32)
     meta = env.call("get_paged_mqa_logits_metadata", ctx_t, geom.page_size, env.num_sms)
     pool_t = env.tensor(kv.pool) if pool_t is None else pool_t
-    out = env.call("fp8_fp4_paged_mqa_logits", q_as_torch(env, qv, qs), torch_cache_view(pool_t, geom),
+    out = env.call("fp8_fp4_paged_mqa_logits", pair_as_torch(geom.kv_dtype, qv, qs, env.device),
+                   torch_cache_view(pool_t, geom),
                    env.tensor(wk), ctx_t, env.tensor(table), meta, width, clean_logits=clean_logits,
                    layout=geom.layout)
     args = (q64, kv.pool, geom, wk, ctx32, table, width)
@@ -777,14 +854,13 @@ def check_large_decode(env: Env, lp: LargePool, heads: int = 2, seed: str = "lar
 
 
 @dataclass(frozen=True, kw_only=True)
-class LargeAddressCase(Case):
+class LargeAddressCase(FormatCase):
     """build_large_pool + check_large_writer / check_large_gather / check_large_decode as a matrix case."""
 
     kind: ClassVar[str] = "large_address"
-    kv_dtype: str = "mxfp4"
+    head_dim: int = 128
     layout: str | None = None
     page_size: int = 64
-    head_dim: int = 128
     heads: int = 2
     tokens_per_page: int = 5
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import hw
-import sim.fp8
 import sim.layout
-import sim.mxfp4
 from sim.layout import PageGeometry
-from tests.hw._kv_pool import cache_view, device_pool, hostile_rows, random_pool, sim_input
+from tests.hw._kv_pool import random_pool
 from tests.sim._assert import assert_exact
+from tools.difftest import (host_to_device, hostile_rows, make_geometry, sim_input, sim_quantize,
+                            torch_cache_view)
 
 pytestmark = pytest.mark.interp
 
@@ -42,10 +42,8 @@ class GatherCase:
 
     @property
     def geom(self) -> PageGeometry:
-        bpt = self.head_dim + 4 if self.kv_dtype == "fp8" else self.head_dim // 2 + self.head_dim // 32
-        stride = -(-self.page_size * bpt // 16) * 16 + self.stride_pad
-        return PageGeometry(self.kv_dtype, self.page_size, self.head_dim, sum(self.pages_needed) + self.spare_pages,
-                            page_stride=stride, layout=self.layout, view_offset=self.view_offset)
+        return make_geometry(self.kv_dtype, self.layout, self.page_size, self.head_dim,
+                             sum(self.pages_needed) + self.spare_pages, self.stride_pad, self.view_offset)
 
 
 CASES = [
@@ -92,7 +90,8 @@ def _as_bytes(values: torch.Tensor, scales: torch.Tensor) -> tuple[np.ndarray, n
 
 
 def _gather(case: GatherCase, pool: torch.Tensor, table: np.ndarray, device, **kw):
-    return hw.cp_gather_indexer_k_quant_cache(cache_view(pool, case.geom), torch.from_numpy(table).to(device),
+    return hw.cp_gather_indexer_k_quant_cache(torch_cache_view(pool, case.geom),
+                                              torch.from_numpy(table).to(device),
                                               torch.from_numpy(_cu(case.seq_lens)).to(device), layout=case.layout,
                                               **kw)
 
@@ -103,7 +102,7 @@ def test_gather_matches_sim(case, device):
     rng = np.random.default_rng(case.head_dim + case.page_size)
     pool_np = random_pool(case.geom, rng)
     table = _block_table(case, rng)
-    values, scales = _as_bytes(*_gather(case, device_pool(pool_np, device), table, device))
+    values, scales = _as_bytes(*_gather(case, host_to_device(pool_np, device), table, device))
     want_values, want_scales = _expected(pool_np, case.geom, table, case.seq_lens)
     if case.kv_dtype == "fp8":
         want_scales = want_scales.view(np.uint32)
@@ -118,21 +117,19 @@ def test_writer_then_gather_round_trip(case, device):
     geom = case.geom
     table = _block_table(case, rng)
     total = sum(case.seq_lens)
-    k = hostile_rows(rng, total, case.head_dim, torch.bfloat16)
+    k = hostile_rows(rng, total, case.head_dim, "bf16")
     cu = _cu(case.seq_lens)
     seq = np.searchsorted(cu, np.arange(total), side="right") - 1
     pos = np.arange(total) - cu[seq]
     slots = table[seq, pos // geom.page_size].astype(np.int64) * geom.page_size + pos % geom.page_size
-    pool = device_pool(random_pool(geom, rng), device)
+    pool = host_to_device(random_pool(geom, rng), device)
     perm = rng.permutation(total)  # write in shuffled token order
-    hw.indexer_k_quant_and_cache(k[perm].to(device), cache_view(pool, geom), torch.from_numpy(slots[perm]).to(device),
-                                 kv_dtype=case.kv_dtype, layout=case.layout)
+    hw.indexer_k_quant_and_cache(k[perm].to(device), torch_cache_view(pool, geom),
+                                 torch.from_numpy(slots[perm]).to(device), kv_dtype=case.kv_dtype, layout=case.layout)
     values, scales = _as_bytes(*_gather(case, pool, table, device))
+    want_values, want_scales = sim_quantize(case.kv_dtype, sim_input(k))
     if case.kv_dtype == "fp8":
-        want_values, want_scales = sim.fp8.quantize(sim_input(k))
         want_scales = want_scales.view(np.uint32)
-    else:
-        want_values, want_scales = sim.mxfp4.quantize(sim_input(k))
     assert_exact(values, want_values, "values")
     assert_exact(scales, want_scales, "scales")
 
@@ -150,12 +147,12 @@ def test_gather_68_bytes_per_token_follows_layout(layout, want_shapes, device):
     case = GatherCase(kv_dtype, layout, 64 if layout == "fp8" else 128, 16, (3,))
     pool_np = random_pool(case.geom, np.random.default_rng(2))
     table = _block_table(case, np.random.default_rng(3))
-    values, scales = _gather(case, device_pool(pool_np, device), table, device)
+    values, scales = _gather(case, host_to_device(pool_np, device), table, device)
     assert (tuple(values.shape), tuple(scales.shape)) == want_shapes
     want_values, _ = _expected(pool_np, case.geom, table, case.seq_lens)
     assert_exact(_as_bytes(values, scales)[0], want_values, "values")
     with pytest.raises(ValueError, match="fit both fp8"):
-        hw.cp_gather_indexer_k_quant_cache(cache_view(device_pool(pool_np, device), case.geom),
+        hw.cp_gather_indexer_k_quant_cache(torch_cache_view(host_to_device(pool_np, device), case.geom),
                                            torch.from_numpy(table).to(device),
                                            torch.from_numpy(_cu(case.seq_lens)).to(device))
 
@@ -167,7 +164,7 @@ def test_gather_num_tokens(extra, device):
     pool_np = random_pool(case.geom, np.random.default_rng(4))
     table = _block_table(case, np.random.default_rng(5))
     total = sum(case.seq_lens)
-    values, scales = _as_bytes(*_gather(case, device_pool(pool_np, device), table, device,
+    values, scales = _as_bytes(*_gather(case, host_to_device(pool_np, device), table, device,
                                         num_tokens=total + extra))
     want_values, want_scales = _expected(pool_np, case.geom, table, case.seq_lens)
     n = min(total, total + extra)
@@ -182,7 +179,7 @@ def test_gather_page_id_out_of_range_reads_zero(device):
     pool_np = random_pool(case.geom, np.random.default_rng(6))
     table = _block_table(case, np.random.default_rng(7))
     table[2, 1] = case.geom.num_pages  # sequence 2 (17 tokens): its second page
-    values, scales = _as_bytes(*_gather(case, device_pool(pool_np, device), table, device))
+    values, scales = _as_bytes(*_gather(case, host_to_device(pool_np, device), table, device))
     start = _cu(case.seq_lens)[2]
     bad = slice(start + 16, start + 17)
     assert not values[bad].any() and not scales[bad].any()
@@ -195,9 +192,9 @@ def test_gather_page_id_out_of_range_reads_zero(device):
 
 def test_gather_empty(device):
     case = CASES[2]
-    pool = device_pool(random_pool(case.geom, np.random.default_rng(0)), device)
+    pool = host_to_device(random_pool(case.geom, np.random.default_rng(0)), device)
     values, scales = hw.cp_gather_indexer_k_quant_cache(
-        cache_view(pool, case.geom), torch.zeros(2, 3, dtype=torch.int32, device=device),
+        torch_cache_view(pool, case.geom), torch.zeros(2, 3, dtype=torch.int32, device=device),
         torch.zeros(3, dtype=torch.int32, device=device))
     assert values.shape == (0, 32) and scales.shape == (0, 2)
 
@@ -206,7 +203,7 @@ def test_gather_empty(device):
 def _good_args(device):
     case = CASES[2]
     pool = torch.zeros(case.geom.pool_bytes, dtype=torch.uint8, device=device)
-    return dict(kv_cache=cache_view(pool, case.geom),
+    return dict(kv_cache=torch_cache_view(pool, case.geom),
                 block_table=torch.zeros(3, 4, dtype=torch.int32, device=device),
                 cu_seq_lens=torch.tensor([0, 5, 5, 38], dtype=torch.int32, device=device), layout=None)
 
@@ -256,17 +253,16 @@ def test_round_trip_across_32_bit_offsets(kv_dtype, layout, device):
     table = np.array([FAR_PAGES[::-1]], dtype=np.int32)  # one sequence, pages in reverse order
     total = table.size * geom.page_size - 5
     rng = np.random.default_rng(8)
-    k = hostile_rows(rng, total, geom.head_dim, torch.bfloat16)
+    k = hostile_rows(rng, total, geom.head_dim, "bf16")
     pos = np.arange(total)
     slots = table[0, pos // geom.page_size].astype(np.int64) * geom.page_size + pos % geom.page_size
-    view = cache_view(pool, geom)
+    view = torch_cache_view(pool, geom)
     hw.indexer_k_quant_and_cache(k.to(device), view, torch.from_numpy(slots).to(device), kv_dtype=kv_dtype,
                                  layout=layout)
     values, scales = _as_bytes(*hw.cp_gather_indexer_k_quant_cache(
         view, torch.from_numpy(table).to(device), torch.tensor([0, total], dtype=torch.int32, device=device),
         layout=layout))
-    quantize = sim.fp8.quantize if kv_dtype == "fp8" else sim.mxfp4.quantize
-    want_values, want_scales = quantize(sim_input(k))
+    want_values, want_scales = sim_quantize(kv_dtype, sim_input(k))
     assert_exact(values, want_values, "values")
     assert_exact(scales, want_scales.view(np.uint32) if kv_dtype == "fp8" else want_scales, "scales")
     gap = pool[geom.view_offset + geom.page_bytes: geom.view_offset + geom.page_stride]  # after page 0's bytes

@@ -7,7 +7,6 @@ block-table entry past a sequence's visible span (a kernel that reads one faults
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +18,8 @@ from hw._logits_details import launch_config
 from hw.logits import accumulation_unit_roundoff
 import sim.layout
 from sim import scorer
-from sim.formats import E8M0_NAN
-from sim.layout import PageGeometry
-from tests.hw._kv_pool import cache_view, device_pool
-from tests.hw.test_logits_prefill import (MX_PATHS, NAN_E4M3, keys_to_torch, mx_path, n_roundings,
-                                          quantize_keys, quantize_queries)
+from tests.hw._logits_fixtures import case_paths, mx_path, n_roundings, poison_key, quantize_queries
+from tools.difftest import case_rng, host_to_device, make_geometry, sim_quantize, torch_cache_view
 
 pytestmark = pytest.mark.interp
 
@@ -72,10 +68,6 @@ CASES = [
 ]
 
 
-def _case_paths(case: DecodeCase):
-    return [None] if case.kv_format == "fp8" else list(MX_PATHS)
-
-
 def _visible(case: DecodeCase) -> np.ndarray:
     return scorer.decode_visible(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len,
                                  case.max_pages, case.page_size)
@@ -88,10 +80,8 @@ def build_cache(case: DecodeCase, rng: np.random.Generator):
     tokens = _visible(case).reshape(batch, case.next_n).max(axis=1)
     pages = -(-tokens // case.page_size)
     num_pages = int(pages.sum()) + 2                   # two spare pages stay 0xFF
-    page_bytes = PageGeometry(case.kv_format, case.page_size, case.head_dim, 1, layout=case.layout).page_bytes
-    geom = PageGeometry(case.kv_format, case.page_size, case.head_dim, num_pages,
-                        page_stride=-(-page_bytes // 16) * 16 + STRIDE_PAD, layout=case.layout,
-                        view_offset=VIEW_OFFSET)
+    geom = make_geometry(case.kv_format, case.layout, case.page_size, case.head_dim, num_pages, STRIDE_PAD,
+                         VIEW_OFFSET)
     pool = sim.layout.new_pool(geom)
     physical = rng.permutation(num_pages)
     block_table = np.array([SENTINELS[i % len(SENTINELS)] for i in range(batch * case.max_pages)],
@@ -103,13 +93,9 @@ def build_cache(case: DecodeCase, rng: np.random.Generator):
         if tokens[b] == 0:
             continue
         k = rng.standard_normal((tokens[b], case.head_dim)).astype(np.float32)
-        values, scales = quantize_keys(case.kv_format, k)
+        values, scales = sim_quantize(case.kv_format, k)
         if case.nan_token is not None and case.nan_token[0] == b:
-            t = case.nan_token[1]
-            if case.kv_format == "fp8":      # the writer's non-finite row: bytes 0x7F, scale NaN (DESIGN §1)
-                values[t], scales[t] = NAN_E4M3, np.nan
-            else:
-                scales[t, 0] = E8M0_NAN
+            poison_key(case.kv_format, values, scales, case.nan_token[1], block=0)
         j = np.arange(tokens[b])
         slots = block_table[b, j // case.page_size].astype(np.int64) * case.page_size + j % case.page_size
         sim.layout.write_tokens(pool, geom, slots, values, scales)
@@ -127,7 +113,7 @@ def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
     ctx = torch.tensor(case.contexts, dtype=torch.int32, device=device)
     bt = torch.from_numpy(block_table).to(device)
     schedule = hw.get_paged_mqa_logits_metadata(ctx, case.page_size, case.num_sms)
-    args = dict(q=q_pair, kv_cache=cache_view(device_pool(pool, device), geom), weights=w_t, context_lens=ctx,
+    args = dict(q=q_pair, kv_cache=torch_cache_view(host_to_device(pool, device), geom), weights=w_t, context_lens=ctx,
                 block_table=bt, schedule_meta=schedule, max_context_len=case.max_context_len,
                 clean_logits=case.clean, layout="mxfp4_tiled" if case.layout == "mxfp4_tiled" else None,
                 validate=validate)
@@ -135,7 +121,7 @@ def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
     return args, (q_ref, pool, geom, w_ref, np.array(case.contexts), block_table)
 
 
-@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in _case_paths(c)],
+@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in case_paths(c.kv_format)],
                          ids=lambda x: str(x) if isinstance(x, DecodeCase) else x)
 def test_paged_matches_reference(case: DecodeCase, path, device, monkeypatch):
     check_paged_case(case, path, device, monkeypatch)
@@ -153,7 +139,7 @@ def test_paged_pages_per_step(case: DecodeCase, path, tokens_per_step, device, m
 
 def check_paged_case(case: DecodeCase, path, device, monkeypatch):
     mx_path(monkeypatch, path)
-    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    rng = case_rng(str(case))
     args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
     out = hw.fp8_fp4_paged_mqa_logits(**args)
     rows = len(case.contexts) * case.next_n

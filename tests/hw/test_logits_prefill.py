@@ -1,11 +1,7 @@
-"""hw.fp8_fp4_mqa_logits (ragged prefill) against sim.scorer's float64 reference and its fp32 error bound.
-
-Also home of the query/key fixture helpers the decode tests share (quantize_queries, mx_path, n_roundings).
-"""
+"""hw.fp8_fp4_mqa_logits (ragged prefill) against sim.scorer's float64 reference and its fp32 error bound."""
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,62 +11,12 @@ import torch
 import hw
 from hw._logits_details import launch_config
 from hw.logits import accumulation_unit_roundoff
-import sim.fp8
-import sim.mxfp4
 from sim import scorer
 from sim.formats import E8M0_NAN
+from tests.hw._logits_fixtures import case_paths, mx_path, n_roundings, poison_key, quantize_queries
+from tools.difftest import case_rng, pair_as_torch, sim_quantize
 
 pytestmark = pytest.mark.interp
-
-#: MXFP4 dot paths each accuracy case runs (unpack_ptx: inline PTX, NVIDIA GPUs only).
-MX_PATHS = ("dot_scaled", "unpack") + (("unpack_ptx",) if torch.cuda.is_available() and not torch.version.hip else ())
-NAN_E4M3 = 0x7F
-
-
-# ============================================================================================ shared helpers
-def mx_path(monkeypatch, path: str | None) -> None:
-    """Force the MXFP4 dot path of hw.logits (None: the launcher's default for the device)."""
-    if path is None:
-        monkeypatch.delenv("MXIDX_MXFP4_PATH", raising=False)
-    else:
-        monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
-
-
-def n_roundings(kv_format: str, head_dim: int, path: str | None) -> int:
-    """Roundings in one q.k of the path that runs (DESIGN §4): the unpack path adds D/32 exact block sums in fp32;
-    FP8 and dot_scaled (the interpreter multiplies out the scales; Hopper decomposes to bf16 MMA) sum D products."""
-    return head_dim // 32 if kv_format != "fp8" and path in ("unpack", "unpack_ptx") else head_dim
-
-
-def quantize_queries(kv_format: str, q: np.ndarray, weights: np.ndarray, device, *, int32_scales: bool = False):
-    """q float32 [..., H, D], weights float32 [..., H] -> (torch q pair of DESIGN §8, torch weights (FP8: q scale
-    folded in), exact float64 q for sim.scorer, the weights as float32 numpy)."""
-    if kv_format == "fp8":
-        values, scales = sim.fp8.quantize(q)
-        folded = (weights * scales).astype(np.float32)      # scales are powers of two: exact
-        pair = (torch.from_numpy(values).view(torch.float8_e4m3fn).to(device), None)
-        return pair, torch.from_numpy(folded).to(device), scorer.dequantize_q(values, None), folded
-    codes, scales = sim.mxfp4.quantize(q)
-    t_scales = torch.from_numpy(scales)
-    if int32_scales:
-        t_scales = t_scales.view(torch.int32)                   # DeepGEMM packing: [..., 1] int32 at D = 128
-    pair = (torch.from_numpy(codes).to(device), t_scales.to(device))
-    return pair, torch.from_numpy(weights).to(device), scorer.dequantize_q(codes, scales), weights
-
-
-def quantize_keys(kv_format: str, k: np.ndarray):
-    """k float32 [T, D] -> (values, scales) numpy in the sim.layout / DESIGN §8 forms."""
-    return sim.fp8.quantize(k) if kv_format == "fp8" else sim.mxfp4.quantize(k)
-
-
-def keys_to_torch(kv_format: str, values: np.ndarray, scales: np.ndarray, device, *, int32_scales: bool = False):
-    v = torch.from_numpy(values)
-    s = torch.from_numpy(scales)
-    if kv_format == "fp8":
-        v = v.view(torch.float8_e4m3fn)
-    elif int32_scales:
-        s = s.view(torch.int32)
-    return v.to(device), s.to(device)
 
 
 # ============================================================================================ accuracy matrix
@@ -108,11 +54,7 @@ CASES = [
 ]
 
 
-def _case_paths(case: PrefillCase):
-    return [None] if case.kv_format == "fp8" else list(MX_PATHS)
-
-
-@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in _case_paths(c)],
+@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in case_paths(c.kv_format)],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
 def test_prefill_matches_reference(case: PrefillCase, path, device, monkeypatch):
     check_prefill_case(case, path, device, monkeypatch)
@@ -130,7 +72,7 @@ def test_prefill_small_tiles(case: PrefillCase, path, device, monkeypatch):
 
 def check_prefill_case(case: PrefillCase, path, device, monkeypatch):
     mx_path(monkeypatch, path)
-    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    rng = case_rng(str(case))
     num_q = len(case.ranges)
     q = rng.standard_normal((num_q, case.heads, case.head_dim)).astype(np.float32)
     k = rng.standard_normal((case.num_keys, case.head_dim)).astype(np.float32)
@@ -138,18 +80,14 @@ def check_prefill_case(case: PrefillCase, path, device, monkeypatch):
     if case.nan_weight_row is not None:
         w[case.nan_weight_row, 0] = np.nan
     q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_format, q, w, device, int32_scales=case.int32_scales)
-    values, scales = quantize_keys(case.kv_format, k)
+    values, scales = sim_quantize(case.kv_format, k)
     if case.nan_key is not None:
-        if case.kv_format == "fp8":   # the writer's non-finite row: all bytes 0x7F, scale NaN (the interpreter's
-            values[case.nan_key] = NAN_E4M3      # fp8 dot does not decode 0x7F as NaN; the scale carries it)
-            scales[case.nan_key] = np.nan
-        else:
-            scales[case.nan_key, -1] = E8M0_NAN
+        poison_key(case.kv_format, values, scales, case.nan_key, block=-1)
     k_ref = scorer.dequantize_kv(values, scales)
     ks = np.array([r[0] for r in case.ranges], dtype=np.int32)
     ke = np.array([r[1] for r in case.ranges], dtype=np.int32)
 
-    out = hw.fp8_fp4_mqa_logits(q_pair, keys_to_torch(case.kv_format, values, scales, device,
+    out = hw.fp8_fp4_mqa_logits(q_pair, pair_as_torch(case.kv_format, values, scales, device,
                                                        int32_scales=case.int32_scales),
                                 w_t, torch.from_numpy(ks).to(device), torch.from_numpy(ke).to(device),
                                 clean_logits=case.clean)

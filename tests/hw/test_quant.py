@@ -15,12 +15,12 @@ import sim.fp8
 import sim.layout
 import sim.mxfp4
 from sim.layout import PageGeometry
-from tests.hw._kv_pool import cache_view, device_pool, hostile_rows, random_pool, sim_input
+from tests.hw._kv_pool import random_pool
 from tests.sim._assert import assert_exact
+from tools.difftest import (host_to_device, hostile_rows, make_geometry, sim_input, sim_quantize,
+                            torch_cache_view)
 
 pytestmark = pytest.mark.interp
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 # ---------------------------------------------------------------------------------------------- Q quantizers
@@ -46,7 +46,7 @@ Q_CASES = [
 def test_quantize_q_mxfp4_matches_sim(case, device):
     rng = np.random.default_rng(case.head_dim + len(case.lead))
     rows = int(np.prod(case.lead))
-    q = hostile_rows(rng, rows, case.head_dim, DTYPES[case.dtype]).reshape(*case.lead, case.head_dim)
+    q = hostile_rows(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
     codes, scales = hw.quantize_q_mxfp4(q.to(device), scale_rule=case.scale_rule)
     want_codes, want_scales = sim.mxfp4.quantize(sim_input(q), scale_rule=case.scale_rule)
     assert codes.dtype == torch.uint8 and scales.dtype == torch.uint8
@@ -58,7 +58,7 @@ def test_quantize_q_mxfp4_matches_sim(case, device):
 def test_quantize_q_fp8_matches_sim(case, device):
     rng = np.random.default_rng(7 + case.head_dim)
     rows = int(np.prod(case.lead))
-    q = hostile_rows(rng, rows, case.head_dim, DTYPES[case.dtype]).reshape(*case.lead, case.head_dim)
+    q = hostile_rows(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
     weights = torch.from_numpy(rng.standard_normal(case.lead).astype(np.float32))
     values, folded = hw.quantize_q_fp8(q.to(device), weights.to(device))
     want_values, want_scales = sim.fp8.quantize(sim_input(q))
@@ -89,7 +89,7 @@ def test_quantizers_on_random_fp32_bit_patterns(device):
 def test_quantize_q_mxfp4_strided_rows(device):
     """A [T, H, D] slice of a wider buffer (row stride > D) whose rows still merge into one stride."""
     rng = np.random.default_rng(3)
-    base = hostile_rows(rng, 12, 96, torch.float32).reshape(4, 3, 96)
+    base = hostile_rows(rng, 12, 96, "fp32").reshape(4, 3, 96)
     q = base.to(device)[..., :64]
     codes, scales = hw.quantize_q_mxfp4(q)
     want_codes, want_scales = sim.mxfp4.quantize(base[..., :64].contiguous().numpy())
@@ -120,10 +120,8 @@ class CacheCase:
 
     @property
     def geom(self) -> PageGeometry:
-        bpt = self.head_dim + 4 if self.kv_dtype == "fp8" else self.head_dim // 2 + self.head_dim // 32
-        stride = -(-self.page_size * bpt // 16) * 16 + self.stride_pad
-        return PageGeometry(self.kv_dtype, self.page_size, self.head_dim, self.num_pages, page_stride=stride,
-                            layout=self.layout, view_offset=self.view_offset)
+        return make_geometry(self.kv_dtype, self.layout, self.page_size, self.head_dim, self.num_pages,
+                             self.stride_pad, self.view_offset)
 
 
 CACHE_CASES = [
@@ -152,13 +150,10 @@ def _write_and_compare(case: CacheCase, device, slots: np.ndarray, k: torch.Tens
     geom = case.geom
     rng = np.random.default_rng(11)
     want = random_pool(geom, rng)
-    pool = device_pool(want, device)
-    hw.indexer_k_quant_and_cache(k.to(device), cache_view(pool, geom), torch.from_numpy(hw_slots).to(device),
+    pool = host_to_device(want, device)
+    hw.indexer_k_quant_and_cache(k.to(device), torch_cache_view(pool, geom), torch.from_numpy(hw_slots).to(device),
                                  kv_dtype=case.kv_dtype, layout=case.layout, scale_rule=case.scale_rule)
-    if case.kv_dtype == "fp8":
-        values, scales = sim.fp8.quantize(sim_input(k))
-    else:
-        values, scales = sim.mxfp4.quantize(sim_input(k), scale_rule=case.scale_rule)
+    values, scales = sim_quantize(case.kv_dtype, sim_input(k), case.scale_rule)
     sim.layout.write_tokens(want, geom, slots, values, scales)
     assert_exact(pool.cpu().numpy(), want, "pool bytes")
 
@@ -171,7 +166,7 @@ def _cache_id(c: CacheCase) -> str:
 def test_k_quant_and_cache_matches_sim(case, device):
     rng = np.random.default_rng(case.head_dim * case.page_size)
     slots = _slots(rng, case.geom, case.num_tokens)
-    k = hostile_rows(rng, case.num_tokens, case.head_dim, DTYPES[case.dtype])
+    k = hostile_rows(rng, case.num_tokens, case.head_dim, case.dtype)
     _write_and_compare(case, device, slots, k, slots)
 
 
@@ -180,14 +175,14 @@ def test_k_quant_and_cache_strided_k_and_slots(device):
     case = CACHE_CASES[4]
     rng = np.random.default_rng(5)
     slots = _slots(rng, case.geom, case.num_tokens)
-    wide = hostile_rows(rng, case.num_tokens, 128, torch.float32)
+    wide = hostile_rows(rng, case.num_tokens, 128, "fp32")
     k = wide[:, 32:32 + case.head_dim]
     geom = case.geom
     want = random_pool(geom, rng)
-    pool = device_pool(want, device)
+    pool = host_to_device(want, device)
     slot_t = torch.from_numpy(np.stack([slots, -np.ones_like(slots)], axis=1)).to(device)[:, 0]
-    hw.indexer_k_quant_and_cache(wide.to(device)[:, 32:32 + case.head_dim], cache_view(pool, geom), slot_t,
-                                 kv_dtype="mxfp4", layout=case.layout, scale_rule=case.scale_rule)
+    hw.indexer_k_quant_and_cache(wide.to(device)[:, 32:32 + case.head_dim], torch_cache_view(pool, geom),
+                                 slot_t, kv_dtype="mxfp4", layout=case.layout, scale_rule=case.scale_rule)
     values, scales = sim.mxfp4.quantize(k.contiguous().numpy(), scale_rule=case.scale_rule)
     sim.layout.write_tokens(want, geom, slots, values, scales)
     assert_exact(pool.cpu().numpy(), want, "pool bytes")
@@ -204,15 +199,15 @@ def test_k_quant_and_cache_skips_slots_past_the_view(case, device):
     hw_slots[past] = geom.num_pages * geom.page_size + rng.integers(0, 2**40, size=4)
     sim_slots = hw_slots.copy()
     sim_slots[past] = -1
-    _write_and_compare(case, device, sim_slots, hostile_rows(rng, case.num_tokens, case.head_dim, torch.float32),
+    _write_and_compare(case, device, sim_slots, hostile_rows(rng, case.num_tokens, case.head_dim, "fp32"),
                        hw_slots)
 
 
 def test_k_quant_and_cache_empty(device):
     geom = CACHE_CASES[3].geom
     want = random_pool(geom, np.random.default_rng(0))
-    pool = device_pool(want, device)
-    hw.indexer_k_quant_and_cache(torch.zeros(0, 32, device=device), cache_view(pool, geom),
+    pool = host_to_device(want, device)
+    hw.indexer_k_quant_and_cache(torch.zeros(0, 32, device=device), torch_cache_view(pool, geom),
                                  torch.zeros(0, dtype=torch.int64, device=device), kv_dtype="mxfp4")
     assert_exact(pool.cpu().numpy(), want, "pool bytes")
 
@@ -226,7 +221,7 @@ def _good_args(device):
     geom = PageGeometry("mxfp4", 16, 64, 2)
     assert geom.page_bytes == GOOD_PAGE_BYTES
     pool = torch.zeros(geom.pool_bytes + 64, dtype=torch.uint8, device=device)
-    return dict(k=torch.zeros(4, 64, device=device), kv_cache=cache_view(pool, geom),
+    return dict(k=torch.zeros(4, 64, device=device), kv_cache=torch_cache_view(pool, geom),
                 slot_mapping=torch.arange(4, device=device), kv_dtype="mxfp4", layout=None, scale_rule="rceil")
 
 
@@ -269,7 +264,7 @@ def test_writer_rejects_scale_rule_for_fp8(device):
     geom = PageGeometry("fp8", 16, 32, 1)
     pool = torch.zeros(geom.pool_bytes, dtype=torch.uint8, device=device)
     with pytest.raises(ValueError, match="scale_rule applies to mxfp4 only"):
-        hw.indexer_k_quant_and_cache(torch.zeros(2, 32, device=device), cache_view(pool, geom),
+        hw.indexer_k_quant_and_cache(torch.zeros(2, 32, device=device), torch_cache_view(pool, geom),
                                      torch.arange(2, device=device), kv_dtype="fp8", scale_rule="floor")
 
 

@@ -7,7 +7,6 @@ sequence b >= B (the production bug: all-zero contexts at batch sizes that are m
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 import hw
+from tools.difftest import case_rng
 
 
 def expected_items(context_lens: np.ndarray, block_kv: int) -> list[tuple[int, int]]:
@@ -80,7 +80,7 @@ CASES = [ScheduleCase(kind, b, bkv, sms)
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_schedule_covers_every_item_once(case: ScheduleCase, device):
-    rng = np.random.default_rng(zlib.crc32(str(case).encode()))
+    rng = case_rng(str(case))
     lens = make_contexts(case, rng)
     schedule = hw.get_paged_mqa_logits_metadata(torch.from_numpy(lens).to(device), case.block_kv, case.num_sms)
     assert schedule.dtype == torch.int32 and schedule.shape == (case.num_sms + 1, 2)
