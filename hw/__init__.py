@@ -1,7 +1,10 @@
 """hw: Triton kernels and their launchers (DESIGN §5, §8).
 
 Imports torch and triton, never sim/. Set TRITON_INTERPRET=1 *before* importing this package to run the kernels on
-the CPU interpreter (triton >= 3.8).
+the CPU interpreter (triton >= 3.8); without it, the launchers take CUDA/ROCm tensors only (ValueError otherwise).
+Every launcher checks its arguments on the host without a device sync (legal in CUDA-graph capture) and raises a
+ValueError naming the bad argument; the launchers with a validate mode (validate=True, or MXIDX_VALIDATE=1 for all of
+them) also check the values they otherwise trust, with device syncs.
 """
 from .gather import cp_gather_indexer_k_quant_cache
 from .logits import fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits, get_paged_mqa_logits_metadata

@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import PAGE_STRIDE_ALIGN, check_tensor
+from ._checks import MX_BLOCK, PAGE_STRIDE_ALIGN, check_tensor
 
 KV_FORMATS = ("fp8", "mxfp4")
 LAYOUTS = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}
 PAGE_SIZES = (16, 32, 64, 128, 256)
+HEAD_DIMS = range(MX_BLOCK, 257, MX_BLOCK)   # DESIGN §2: multiples of 32 in 32..256
+TILE_HEAD_DIM = 128                          # mxfp4_tiled: D a multiple of 128 ...
+TILE_TOKENS = 4                              # ... and P a multiple of 4 (one scale word holds 4 tokens)
 
 
 def bytes_per_token(kv_format: str, head_dim: int) -> int:
@@ -41,25 +44,35 @@ class CacheView:
 
 
 def resolve_layout(kv_format: str, layout: str | None) -> str:
-    if kv_format not in KV_FORMATS:
+    """The layout a (kv_format, layout) argument pair selects: None -> the format's planar layout."""
+    if not isinstance(kv_format, str) or kv_format not in KV_FORMATS:
         raise ValueError(f"kv_dtype must be one of {KV_FORMATS}, got {kv_format!r}")
     if layout is None:
         return kv_format
+    if not isinstance(layout, str):
+        raise ValueError(f"layout must be None or one of {LAYOUTS[kv_format]}, got a {type(layout).__name__}")
     if layout not in LAYOUTS[kv_format]:
         raise ValueError(f"layout {layout!r} is not valid for {kv_format}; choose one of {LAYOUTS[kv_format]}")
     return layout
 
 
-def check_head_dim(name: str, head_dim: int, layout: str) -> None:
-    if head_dim % 32 or not 32 <= head_dim <= 256:
+def check_head_dim(name: str, head_dim: int, layout: str | None) -> None:
+    """D is one of HEAD_DIMS (and a multiple of 128 for mxfp4_tiled)."""
+    if head_dim not in HEAD_DIMS:
         raise ValueError(f"{name}: head dim must be a multiple of 32 in 32..256, got {head_dim}")
-    if layout == "mxfp4_tiled" and head_dim % 128:
-        raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of 128, got {head_dim}")
+    if layout == "mxfp4_tiled" and head_dim % TILE_HEAD_DIM:
+        raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of {TILE_HEAD_DIM}, "
+                         f"got {head_dim}")
 
 
 def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout: str | None,
                      device: torch.device | None = None) -> CacheView:
-    """Validate `kv_cache` (host-side only) and return its geometry. ValueError names `name` on any mismatch."""
+    """Validate `kv_cache` (host-side only: shape, dtype, strides, alignment) and return its geometry.
+
+    kv_cache must be uint8 [num_pages, P, 1, bytes_per_token(kv_format, head_dim)] with P in PAGE_SIZES,
+    stride(3) == 1, stride(1) == bytes_per_token, stride(0) (the page stride S) a multiple of 16 and >= the page's
+    P * bytes_per_token bytes (any S when num_pages == 1), and a data pointer on a 16-byte boundary. `device`, when
+    given, is the device of the call's other tensors. ValueError names `name` on any mismatch."""
     layout = resolve_layout(kv_format, layout)
     check_head_dim(name, head_dim, layout)
     check_tensor(name, kv_cache, dtypes=torch.uint8, ndim=4, device=device)
@@ -70,8 +83,9 @@ def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout:
                          f"got {list(kv_cache.shape)}")
     if page_size not in PAGE_SIZES:
         raise ValueError(f"{name}: page size (dim 1) must be one of {PAGE_SIZES}, got {page_size}")
-    if layout == "mxfp4_tiled" and page_size % 4:
-        raise ValueError(f"{name}: mxfp4_tiled needs a page size that is a multiple of 4, got {page_size}")
+    if layout == "mxfp4_tiled" and page_size % TILE_TOKENS:
+        raise ValueError(f"{name}: mxfp4_tiled needs a page size that is a multiple of {TILE_TOKENS}, "
+                         f"got {page_size}")
     s0, s1, _, s3 = kv_cache.stride()
     if s3 != 1 or s1 != bpt:
         raise ValueError(f"{name} must have stride(1) == bytes_per_token ({bpt}) and stride(3) == 1, "
@@ -84,3 +98,15 @@ def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout:
         raise ValueError(f"{name}: the view must start on a {PAGE_STRIDE_ALIGN}-byte boundary "
                          f"(view offsets are multiples of 16)")
     return CacheView(kv_format, layout, num_pages, page_size, head_dim, s0 if num_pages > 1 else max(s0, page_bytes))
+
+
+def check_pages_in_span(block_table: torch.Tensor, lengths: torch.Tensor, view: CacheView) -> None:
+    """Validate mode (syncs): the page ids a kernel reads -- block_table[b, c] for c < cdiv(lengths[b], P) -- are
+    pages of the view. lengths: int64 [B], already clamped to the block table's max_pages * P."""
+    pages = (lengths + view.page_size - 1) // view.page_size
+    in_span = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages[:, None]
+    bad = in_span & ((block_table < 0) | (block_table >= view.num_pages))
+    if bool(bad.any()):
+        b, c = (int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"block_table[{b}, {c}] = {int(block_table[b, c])} is inside sequence {b}'s visible span "
+                         f"but not a page id in 0..{view.num_pages - 1} of kv_cache")

@@ -1,14 +1,22 @@
 """Host-side argument checks shared by every launcher.
 
-They read only shapes, dtypes, strides and devices (never tensor values), so they are legal inside CUDA-graph
-capture. Every failure is a ValueError that names the argument and says what was expected.
+They read only shapes, dtypes, strides, devices and Python scalars (never tensor values), so they are legal inside
+CUDA-graph capture. Every failure is a ValueError that names the argument and says what was expected. The one
+exception to "never tensor values" is the opt-in validate mode (validate_requested), whose checks sync.
 """
 from __future__ import annotations
 
+import os
+
 import torch
+import triton
 
 FP8_DTYPE = torch.float8_e4m3fn
 PAGE_STRIDE_ALIGN = 16  # page strides and view offsets are multiples of 16 bytes (DESIGN §2)
+MX_BLOCK = 32           # elements per MXFP4 block (one E8M0 scale byte, 16 code bytes)
+INT32_MAX = 2**31 - 1
+VALIDATE_ENV = "MXIDX_VALIDATE"   # "1": every launcher with a validate mode validates (DESIGN §4); "0"/unset: off
+GPU_DEVICE_TYPE = "cuda"          # torch's device type of CUDA and ROCm GPUs alike
 
 
 def check_tensor(name: str, t, *, dtypes=None, ndim: int | None = None, shape=None, device=None,
@@ -42,3 +50,69 @@ def check_same_device(**tensors) -> torch.device:
             others = ", ".join(f"{k}={v}" for k, v in devices.items())
             raise ValueError(f"{n} is on {d}, but the tensors of one call must share a device ({others})")
     return first
+
+
+def check_flag(name: str, value) -> bool:
+    """A Python bool (not a tensor, not 0/1: a tensor's truth value would sync)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """A Python int >= minimum (bool and tensors rejected: reading a tensor would sync)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a Python int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_int32_extent(name: str, t: torch.Tensor, dims: tuple[int, ...], why: str) -> None:
+    """The kernel forms offsets of `t` along `dims` (in elements) in 32-bit arithmetic: they must not wrap.
+
+    Checked from the shape and strides only: the largest offset is sum over dims of (size - 1) * stride."""
+    extent = sum((t.shape[d] - 1) * t.stride(d) for d in dims if t.shape[d] > 0)
+    if extent > INT32_MAX:
+        raise ValueError(f"{name}: {why} are 32-bit in the kernel and would reach element {extent} > {INT32_MAX} "
+                         f"(shape {list(t.shape)}, strides {t.stride()}); split the call into smaller pieces")
+
+
+def kernels_interpreted(kernel) -> bool:
+    """True when `kernel` was defined under TRITON_INTERPRET=1 (it then runs on CPU tensors).
+
+    TRITON_INTERPRET is read when a @triton.jit function is defined, so the kernel object, not today's environment,
+    says which it is."""
+    return not isinstance(kernel, triton.runtime.JITFunction)
+
+
+def check_kernel_device(name: str, device: torch.device, kernel) -> None:
+    """The device `kernel` can run on: a GPU ("cuda", which includes ROCm) always; the CPU only through the
+    interpreter. Anything else (CPU tensors with compiled kernels, "meta", ...) would fail inside the launch."""
+    if device.type == GPU_DEVICE_TYPE or (device.type == "cpu" and kernels_interpreted(kernel)):
+        return
+    if device.type == "cpu":
+        raise ValueError(f"{name} is on the CPU but the Triton interpreter is off: set TRITON_INTERPRET=1 before "
+                         f"importing hw, or pass CUDA/ROCm tensors")
+    raise ValueError(f"{name} is on {device}; the kernels run on CUDA/ROCm GPUs, or on the CPU with "
+                     f"TRITON_INTERPRET=1 set before importing hw")
+
+
+def stream_capturing() -> bool:
+    """True inside CUDA-graph capture on the current stream (False on machines without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def validate_requested(validate) -> bool:
+    """Whether a launcher runs its value checks (DESIGN §4): validate=True or MXIDX_VALIDATE=1.
+
+    MXIDX_VALIDATE must be unset, "0" or "1" (a misspelt setting is an error, not silently off). The checks sync
+    with the device, which CUDA-graph capture forbids: requesting them while capturing is a ValueError."""
+    check_flag("validate", validate)
+    setting = os.environ.get(VALIDATE_ENV, "0")
+    if setting not in ("0", "1"):
+        raise ValueError(f"{VALIDATE_ENV} must be 0 or 1 (or unset), got {setting!r}")
+    if not (validate or setting == "1"):
+        return False
+    if stream_capturing():
+        raise ValueError(f"validation reads tensor values (a device sync), which CUDA-graph capture forbids: pass "
+                         f"validate=False and unset {VALIDATE_ENV} while capturing (validate in an eager run)")
+    return True

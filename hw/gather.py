@@ -11,13 +11,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._cache_view import LAYOUTS, bytes_per_token, check_cache_view
-from ._checks import FP8_DTYPE, check_same_device, check_tensor
+from ._cache_view import HEAD_DIMS, LAYOUTS, bytes_per_token, check_cache_view, check_pages_in_span
+from ._checks import (FP8_DTYPE, MX_BLOCK, check_int, check_kernel_device, check_same_device, check_tensor,
+                      validate_requested)
 from ._gather_details import BLOCK_B, BLOCK_T, NUM_WARPS
 from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
-
-MX_BLOCK = 32
-HEAD_DIMS = range(32, 257, 32)
 
 
 def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[str, int]:
@@ -42,23 +40,47 @@ def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[st
                      f"mxfp4 (D={fits['mxfp4']}); pass layout='fp8', 'mxfp4' or 'mxfp4_tiled'")
 
 
+def _validate_gather(view, block_table: torch.Tensor, cu_seq_lens: torch.Tensor, num_tokens: int) -> None:
+    """Validate mode: the values the kernel trusts (device syncs). ValueError on the first bad entry."""
+    if int(cu_seq_lens[0]) != 0:
+        raise ValueError(f"cu_seq_lens[0] must be 0, got {int(cu_seq_lens[0])}")
+    lengths = torch.diff(cu_seq_lens.to(torch.int64))
+    if bool((lengths < 0).any()):
+        b = int(torch.nonzero(lengths < 0)[0, 0])
+        raise ValueError(f"cu_seq_lens must be non-decreasing; cu_seq_lens[{b + 1}] = {int(cu_seq_lens[b + 1])} < "
+                         f"cu_seq_lens[{b}] = {int(cu_seq_lens[b])}")
+    if num_tokens < int(cu_seq_lens[-1]):
+        raise ValueError(f"num_tokens = {num_tokens} leaves out tokens: cu_seq_lens[-1] = {int(cu_seq_lens[-1])}")
+    covered = block_table.shape[1] * view.page_size
+    if bool((lengths > covered).any()):
+        b = int(torch.nonzero(lengths > covered)[0, 0])
+        raise ValueError(f"sequence {b} has {int(lengths[b])} tokens but block_table's {block_table.shape[1]} "
+                         f"pages of {view.page_size} tokens cover only {covered}; widen block_table")
+    check_pages_in_span(block_table, lengths, view)
+
+
 def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
-                                    layout: str | None = None, *, num_tokens: int | None = None):
+                                    layout: str | None = None, *, num_tokens: int | None = None,
+                                    validate: bool = False):
     """Copy each sequence's first cu_seq_lens[b+1] - cu_seq_lens[b] tokens out of the paged cache into rows
     cu_seq_lens[b] .. cu_seq_lens[b+1] - 1 of contiguous K.
 
     kv_cache:    uint8 [num_pages, P, 1, bytes_per_token] cache view (hw/_cache_view.py), any page stride.
     block_table: int32 [B, max_pages], any strides: sequence b's logical page i is physical page block_table[b, i].
                  Entries past a sequence's last page are never read.
-    cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (trusted, not checked: that would need a sync).
+    cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (trusted in the hot path: checking needs a sync).
     layout:      "fp8", "mxfp4", "mxfp4_tiled" or None (inferred from bytes_per_token; see the module docstring).
     num_tokens:  SK, the number of output rows. None reads cu_seq_lens[-1] (one device -> host sync); pass it to
                  stay sync-free (CUDA-graph capture). Rows at or past cu_seq_lens[-1] come out as zero bytes.
+    validate:    True (or MXIDX_VALIDATE=1) checks, with device syncs, what the hot path trusts: cu_seq_lens starts
+                 at 0 and never decreases, num_tokens >= cu_seq_lens[-1], every sequence fits in its block-table
+                 row (length <= max_pages * P) and the page ids it spans are pages of kv_cache; ValueError otherwise.
 
-    Returns fp8:   (values float8_e4m3fn [SK, D], scales float32 [SK]);
-            mxfp4: (codes uint8 [SK, D/2] (element 2j in the low nibble of byte j), scales uint8 [SK, D/32]).
-    A token whose page id lies outside [0, num_pages) or whose logical page is >= max_pages is returned as zero
-    bytes rather than read out of bounds.
+    Returns fp8:   (values float8_e4m3fn [SK, D] (row-major, D bytes a row), scales float32 [SK]);
+            mxfp4: (codes uint8 [SK, D/2] (element 2j in the low nibble of byte j, 2j + 1 in the high one),
+                    scales uint8 [SK, D/32] (E8M0, byte g for elements 32g .. 32g + 31)); all contiguous.
+    Without validation, a token whose page id lies outside [0, num_pages) or whose logical page is >= max_pages
+    (a sequence longer than its block-table row) is returned as zero bytes rather than read out of bounds.
     """
     kv_format, head_dim = _format_and_head_dim(kv_cache, layout)
     view = check_cache_view("kv_cache", kv_cache, kv_format, head_dim, layout)
@@ -66,21 +88,24 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     batch = block_table.shape[0]
     check_tensor("cu_seq_lens", cu_seq_lens, dtypes=torch.int32, shape=(batch + 1,), contiguous=True)
     device = check_same_device(kv_cache=kv_cache, block_table=block_table, cu_seq_lens=cu_seq_lens)
+    validate = validate_requested(validate)
+    kernel = gather_fp8_kernel if kv_format == "fp8" else gather_mxfp4_kernel
+    check_kernel_device("kv_cache", device, kernel)
     if num_tokens is None:
         num_tokens = int(cu_seq_lens[-1].item())
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
-        raise ValueError(f"num_tokens must be a non-negative int (the total of the sequence lengths), "
-                         f"got {num_tokens!r}")
+    check_int("num_tokens", num_tokens, 0)
+    if validate:
+        _validate_gather(view, block_table, cu_seq_lens, num_tokens)
     if kv_format == "fp8":
         values = torch.empty(num_tokens, head_dim, dtype=torch.uint8, device=device)
         scales = torch.empty(num_tokens, dtype=torch.float32, device=device)
         out = (values, scales.view(torch.int32))
-        kernel, extra = gather_fp8_kernel, {}
+        extra = {}
     else:
         values = torch.empty(num_tokens, head_dim // 2, dtype=torch.uint8, device=device)
         scales = torch.empty(num_tokens, head_dim // MX_BLOCK, dtype=torch.uint8, device=device)
         out = (values, scales)
-        kernel, extra = gather_mxfp4_kernel, {"TILED": view.layout == "mxfp4_tiled"}
+        extra = {"TILED": view.layout == "mxfp4_tiled"}
     if num_tokens:
         kernel[(triton.cdiv(num_tokens, BLOCK_T),)](
             kv_cache, block_table, cu_seq_lens, *out, num_tokens, batch, block_table.shape[1], view.num_pages,

@@ -26,19 +26,18 @@ import os
 import torch
 import triton
 
-from ._cache_view import check_cache_view, check_head_dim
-from ._checks import FP8_DTYPE, check_tensor
+from ._cache_view import check_cache_view, check_head_dim, check_pages_in_span
+from ._checks import (FP8_DTYPE, MX_BLOCK, check_flag, check_int, check_int32_extent, check_kernel_device,
+                      check_tensor, validate_requested)
 from ._logits_details import launch_config as cfg
 from ._logits_details.paged import paged_logits_kernel
 from ._logits_details.prefill import KV_FP8, KV_MXFP4, prefill_logits_kernel
 from ._logits_details.schedule import paged_schedule
 from ._logits_details.scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
 
-MX_BLOCK = 32
 DEEPGEMM_PACKED_HEAD_DIM = 128        # int32-packed MXFP4 scales: one int32 holds the 4 scale bytes of D = 128
 MX_PATHS = {"dot_scaled": MX_DOT_SCALED, "unpack": MX_UNPACK, "unpack_ptx": MX_UNPACK_PTX}
 MX_PATH_ENV = "MXIDX_MXFP4_PATH"
-VALIDATE_ENV = "MXIDX_VALIDATE"
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
 HOPPER_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13   # ~14-bit accumulation inside one FP8 wgmma K group (sm_90)
 
@@ -52,21 +51,9 @@ def accumulation_unit_roundoff(kv_format: str, device) -> float:
 
 
 # ============================================================================================ argument parsing
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _check_logits_dtype(logits_dtype) -> None:
-    if logits_dtype != torch.float32:
-        raise ValueError(f"logits_dtype must be torch.float32 (the only output dtype supported), got {logits_dtype}")
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be a Python int >= {minimum}, got {value!r}")
-    return value
+    if logits_dtype is not torch.float32:
+        raise ValueError(f"logits_dtype must be torch.float32 (the only output dtype supported), got {logits_dtype!r}")
 
 
 def _check_scorer_head_dim(name: str, head_dim: int, layout: str) -> None:
@@ -84,6 +71,7 @@ def _split_pair(name: str, pair, ndim: int, device=None):
         raise ValueError(f"{name} must be a (values, scales) pair, got {type(pair).__name__}")
     values, scales = pair
     check_tensor(f"{name}[0]", values, dtypes=(FP8_DTYPE, torch.uint8), ndim=ndim, device=device, contiguous=True)
+    device = values.device      # the scales follow the values (q's values define the call's device)
     lead_shape = tuple(values.shape[:-1])
     if values.dtype == FP8_DTYPE:
         if scales is not None:
@@ -153,9 +141,9 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     else left unwritten. All tensors contiguous, on one device. max_seqlen_k > 0 (DeepGEMM's compressed output)
     is not supported.
     """
-    _check_flag("clean_logits", clean_logits)
+    check_flag("clean_logits", clean_logits)
     _check_logits_dtype(logits_dtype)
-    if isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int) or max_seqlen_k != 0:
+    if check_int("max_seqlen_k", max_seqlen_k, 0) != 0:
         raise ValueError(f"max_seqlen_k = {max_seqlen_k!r} is not supported (only 0: the full [S, SK] output)")
     kv_format, q_v, q_s, head_dim, (num_q, num_heads) = _split_pair("q", q, 3)
     device = q_v.device
@@ -165,6 +153,10 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
                  contiguous=True)
     for name, t in (("cu_seq_len_k_start", cu_seq_len_k_start), ("cu_seq_len_k_end", cu_seq_len_k_end)):
         check_tensor(name, t, dtypes=torch.int32, shape=(num_q,), device=device, contiguous=True)
+    # The kernel forms key offsets as (int32 column) * stride; query and output rows are 64-bit.
+    check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
+    check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
+    check_kernel_device("q[0]", device, prefill_logits_kernel)
 
     out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
     if num_q == 0 or num_k == 0:
@@ -206,13 +198,13 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) -> torch.Tens
     if context_lens.dim() not in (1, 2) or (context_lens.dim() == 2 and context_lens.shape[1] < 1):
         raise ValueError(f"context_lens must be int32 [B] or [B, next_n] (next_n >= 1), got shape "
                          f"{list(context_lens.shape)}")
-    _check_int("block_kv", block_kv, 1)
-    _check_int("num_sms", num_sms, 1)
+    check_int("block_kv", block_kv, 1)
+    check_int("num_sms", num_sms, 1)
     return paged_schedule(context_lens, block_kv, num_sms)
 
 
 def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int) -> None:
-    """validate=True: value checks that need the data (one device sync). ValueError on the first bad entry."""
+    """Validate mode: value checks that need the data (device syncs). ValueError on the first bad entry."""
     if bool((context_lens < 0).any()):
         bad = tuple(int(i) for i in torch.nonzero(context_lens < 0)[0])
         raise ValueError(f"context_lens must be >= 0; entry {bad} is {int(context_lens[bad])}")
@@ -222,18 +214,12 @@ def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int)
                          f"{kv_view.page_size}; recompute it with get_paged_mqa_logits_metadata(context_lens, "
                          f"{kv_view.page_size}, num_sms)")
     lengths = context_lens if context_lens.dim() == 1 else context_lens.amax(dim=1)
-    pages = (lengths.to(torch.int64).clamp(0, cap) + kv_view.page_size - 1) // kv_view.page_size
-    in_span = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages[:, None]
-    bad = in_span & ((block_table < 0) | (block_table >= kv_view.num_pages))
-    if bool(bad.any()):
-        b, c = (int(i) for i in torch.nonzero(bad)[0])
-        raise ValueError(f"block_table[{b}, {c}] = {int(block_table[b, c])} is inside sequence {b}'s visible span "
-                         f"but not a page id in 0..{kv_view.num_pages - 1} of kv_cache")
+    check_pages_in_span(block_table, lengths.to(torch.int64).clamp(0, cap), kv_view)
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                              clean_logits=False, logits_dtype=torch.float32, layout=None,
-                             validate=False) -> torch.Tensor:
+                             validate=False, *, indices=None) -> torch.Tensor:
     """Paged decode logits, fp32 [B*N, max_context_len]; row r = b*N + n.
 
     q: (values, scales) [B, N, H, ...] (module docstring; N = next_n >= 1); kv_cache: uint8
@@ -243,12 +229,15 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     [B, max_pages] (innermost stride 1); schedule_meta from get_paged_mqa_logits_metadata(context_lens, P, num_sms);
     max_context_len: Python int, the output width. Invisible entries are -inf when clean_logits, else unwritten.
     Page ids inside a row's visible span are trusted; validate=True (or MXIDX_VALIDATE=1) checks them, the context
-    lengths and the schedule with one device sync and raises ValueError.
+    lengths (>= 0) and the schedule with device syncs and raises ValueError (not allowed during CUDA-graph capture).
+    indices (DeepGEMM's, keyword-only here) is not supported: anything but None is a ValueError.
     """
-    _check_flag("clean_logits", clean_logits)
-    _check_flag("validate", validate)
+    check_flag("clean_logits", clean_logits)
+    validate = validate_requested(validate)
     _check_logits_dtype(logits_dtype)
-    width = _check_int("max_context_len", max_context_len, 0)
+    if indices is not None:
+        raise ValueError("indices is not supported (the scorer always covers every visible column); pass None")
+    width = check_int("max_context_len", max_context_len, 0)
     kv_format, q_v, q_s, head_dim, (batch, next_n, num_heads) = _split_pair("q", q, 4)
     device = q_v.device
     if next_n < 1:
@@ -269,8 +258,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     if num_programs < 1:
         raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
                          f"{list(schedule_meta.shape)}")
+    check_kernel_device("q[0]", device, paged_logits_kernel)
     cap = min(width, block_table.shape[1] * view.page_size)
-    if validate or os.environ.get(VALIDATE_ENV) == "1":
+    if validate:
         _validate_paged(view, context_lens, block_table, schedule_meta, cap)
 
     out = torch.empty((batch * next_n, width), dtype=torch.float32, device=device)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._cache_view import check_cache_view
-from ._checks import FP8_DTYPE, check_same_device, check_tensor
+from ._cache_view import check_cache_view, check_head_dim
+from ._checks import (FP8_DTYPE, MX_BLOCK, check_int32_extent, check_kernel_device, check_same_device,
+                      check_tensor)
 from ._quant_details import BLOCK_T, NUM_WARPS, codecs
 from ._quant_details.kernels import (k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel,
                                      q_quant_mxfp4_kernel)
@@ -24,31 +25,30 @@ SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
     "ceil": codecs.RULE_CEIL.value,
 }
 CANONICAL_SCALE_RULE = "rceil"
-MX_BLOCK = 32
+COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' one 32-bit input offset
 
 
 def _scale_rule_id(scale_rule) -> int:
     rule = getattr(scale_rule, "value", scale_rule)  # accepts sim.formats.ScaleRule members too
-    if rule not in SCALE_RULE_IDS:
+    if not isinstance(rule, str) or rule not in SCALE_RULE_IDS:
         raise ValueError(f"scale_rule must be one of {tuple(SCALE_RULE_IDS)}, got {scale_rule!r}")
     return SCALE_RULE_IDS[rule]
 
 
 def _rows_view(name: str, x: torch.Tensor) -> torch.Tensor:
-    """[..., H, D] -> a [R, D] view (no copy); ValueError if the leading dims cannot be merged."""
+    """[..., H, D] -> a [R, D] view (no copy). ValueError if the dtype is not bf16/fp16/fp32, the leading dims cannot
+    be merged, D is not a DESIGN head dim, or the 32-bit column offsets (d * stride(-1)) would wrap."""
     check_tensor(name, x, dtypes=INPUT_DTYPES)
     if x.dim() < 2:
         raise ValueError(f"{name} must be [..., H, D] (at least 2-D), got shape {list(x.shape)}")
     try:
-        return x.view(-1, x.shape[-1])
+        rows = x.view(-1, x.shape[-1])
     except RuntimeError:
         raise ValueError(f"{name}: the leading dims of a [..., H, D] tensor must be mergeable into rows without a "
                          f"copy (call .contiguous()), got strides {x.stride()}") from None
-
-
-def _check_q_head_dim(name: str, d: int) -> None:
-    if d % MX_BLOCK or not MX_BLOCK <= d <= 256:
-        raise ValueError(f"{name}: head dim (last dim) must be a multiple of 32 in 32..256, got {d}")
+    check_head_dim(f"{name} (last dim)", rows.shape[1], None)
+    check_int32_extent(name, rows, (1,), COLUMN_OFFSETS)
+    return rows
 
 
 def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -56,7 +56,8 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
                               scale_rule: str = CANONICAL_SCALE_RULE) -> None:
     """Quantize K rows and write each into its cache slot, in place (vLLM's indexer_k_quant_and_cache).
 
-    k:            [T, D] bf16/fp16/fp32, any strides; D a multiple of 32 in 32..256 (128 or 256 for mxfp4_tiled).
+    k:            [T, D] bf16/fp16/fp32, any strides ((D - 1) * stride(1) < 2^31: column offsets are 32-bit);
+                  D a multiple of 32 in 32..256 (128 or 256 for mxfp4_tiled).
     kv_cache:     uint8 [num_pages, P, 1, bytes_per_token] view (hw/_cache_view.py): stride(0) is the page stride S
                   (multiple of 16, >= P * bytes_per_token), any view offset that is a multiple of 16.
     slot_mapping: int64 [T], any stride. Token i goes to page slot // P, token slot % P. A negative slot skips the
@@ -79,7 +80,9 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     num_tokens, head_dim = k.shape
     view = check_cache_view("kv_cache", kv_cache, kv_dtype, head_dim, layout)
     check_tensor("slot_mapping", slot_mapping, dtypes=torch.int64, shape=(num_tokens,))
-    check_same_device(k=k, kv_cache=kv_cache, slot_mapping=slot_mapping)
+    device = check_same_device(k=k, kv_cache=kv_cache, slot_mapping=slot_mapping)
+    check_int32_extent("k", k, (1,), COLUMN_OFFSETS)
+    check_kernel_device("k", device, k_quant_cache_mxfp4_kernel)
     rule = _scale_rule_id(scale_rule)
     if view.kv_format == "fp8" and rule != SCALE_RULE_IDS[CANONICAL_SCALE_RULE]:
         raise ValueError(f"scale_rule applies to mxfp4 only; fp8 K scales have one definition (leave scale_rule "
@@ -102,13 +105,14 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
 def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) -> tuple[torch.Tensor, torch.Tensor]:
     """q [..., H, D] bf16/fp16/fp32 -> (codes uint8 [..., H, D/2], scales uint8 [..., H, D/32]), both contiguous.
 
-    Code byte j of a row holds element 2j in its low nibble and 2j + 1 in its high nibble; scale byte g is the E8M0
+    q: D a multiple of 32 in 32..256, any strides whose leading dims merge into rows without a copy. Code byte j of
+    a row holds element 2j in its low nibble and 2j + 1 in its high nibble; scale byte g is the E8M0
     exponent (bias 127) of elements 32g .. 32g + 31 under `scale_rule` (see indexer_k_quant_and_cache).
     """
     rows = _rows_view("q", q)
     head_dim = rows.shape[1]
-    _check_q_head_dim("q", head_dim)
     rule = _scale_rule_id(scale_rule)
+    check_kernel_device("q", q.device, q_quant_mxfp4_kernel)
     codes = torch.empty(*q.shape[:-1], head_dim // 2, dtype=torch.uint8, device=q.device)
     scales = torch.empty(*q.shape[:-1], head_dim // MX_BLOCK, dtype=torch.uint8, device=q.device)
     if rows.shape[0]:
@@ -120,15 +124,16 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) ->
 
 
 def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [..., H, D] bf16/fp16/fp32, weights [..., H] -> (values float8_e4m3fn [..., H, D], weights float32 [..., H]).
+    """q [..., H, D] bf16/fp16/fp32, weights [..., H] bf16/fp16/fp32 -> (values float8_e4m3fn [..., H, D],
+    weights float32 [..., H]), both contiguous.
 
-    Each (token, head) row gets scale 2^k, the smallest with 448 * 2^k >= max(amax, 1e-4); values are
+    q: D a multiple of 32 in 32..256, any strides whose leading dims merge into rows without a copy; weights: the
+    same leading shape, mergeable likewise. Each (token, head) row gets scale 2^k, the smallest with 448 * 2^k >= max(amax, 1e-4); values are
     q / 2^k rounded to nearest even and saturated to +-448, and the scale is folded into the returned weights
     (weights * 2^k), as the FP8 scorer expects (DESIGN §8). A row with a NaN/Inf: values 0x7F, weight NaN.
     """
     rows = _rows_view("q", q)
     head_dim = rows.shape[1]
-    _check_q_head_dim("q", head_dim)
     check_tensor("weights", weights, dtypes=INPUT_DTYPES, shape=tuple(q.shape[:-1]))
     check_same_device(q=q, weights=weights)
     try:
@@ -136,6 +141,7 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
     except RuntimeError:
         raise ValueError(f"weights must be viewable as one row per (token, head) without a copy (call "
                          f".contiguous()), got strides {weights.stride()}") from None
+    check_kernel_device("q", q.device, q_quant_fp8_kernel)
     values = torch.empty(q.shape, dtype=torch.uint8, device=q.device)
     folded = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     if rows.shape[0]:
