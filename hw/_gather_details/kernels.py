@@ -32,7 +32,7 @@ def _locate_rows(block_table_ptr, cu_ptr, num_rows, batch, max_pages, num_pages,
     start = tl.load(cu_ptr + seq, mask=has_seq, other=0)
     pos = rows - start
     logical_page = pos // P
-    has_seq &= logical_page < max_pages
+    has_seq &= (pos >= 0) & (logical_page < max_pages)  # pos < 0 only for a cu_seq_lens not starting at 0
     page = tl.load(block_table_ptr + seq.to(tl.int64) * stride_bt0 + logical_page * stride_bt1, mask=has_seq,
                    other=0)
     ok = has_seq & (page >= 0) & (page < num_pages)  # never read outside the view, whatever the block table holds

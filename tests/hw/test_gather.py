@@ -190,6 +190,27 @@ def test_gather_page_id_out_of_range_reads_zero(device):
     assert_exact(values[bad.stop:], want_values[bad.stop:], "values after the corrupt page")
 
 
+def test_gather_rows_before_cu_seq_lens_start_read_zero(device):
+    """cu_seq_lens not starting at 0 (invalid; validate=True rejects it): the rows before cu_seq_lens[0] belong to
+    no sequence and come out as zeros. The block table is a view one entry into a buffer whose entry before it is a
+    valid page id, so reading block_table[0, -1] (the logical page of a negative position) would copy that page."""
+    case = CASES[2]
+    pool_np = random_pool(case.geom, np.random.default_rng(8))
+    table = _block_table(case, np.random.default_rng(9))
+    flat = np.concatenate([[1], table.reshape(-1)]).astype(np.int32)  # entry -1 of the view: page 1, a real page
+    buffer = torch.from_numpy(flat).to(device)
+    table_t = buffer[1:].view(table.shape)
+    cu = _cu(case.seq_lens)
+    shifted = torch.from_numpy((cu + 2).astype(np.int32)).to(device)  # rows 0 and 1 precede sequence 0
+    pool = host_to_device(pool_np, device)
+    values, scales = _as_bytes(*hw.cp_gather_indexer_k_quant_cache(
+        torch_cache_view(pool, case.geom), table_t, shifted, layout=case.layout, num_tokens=int(cu[-1]) + 2))
+    assert not values[:2].any() and not scales[:2].any()
+    want_values, want_scales = _expected(pool_np, case.geom, table, case.seq_lens)
+    assert_exact(values[2:], want_values, "values after the offset start")
+    assert_exact(scales[2:], want_scales, "scales after the offset start")
+
+
 def test_gather_empty(device):
     case = CASES[2]
     pool = host_to_device(random_pool(case.geom, np.random.default_rng(0)), device)
