@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._checks import check_same_device, check_tensor
-from ._topk_details import BLOCK, MAX_K, NUM_WARPS, k_pad, top_k_per_row_kernel
+from ._checks import check_kernel_device, check_same_device, check_tensor, kernels_interpreted
+from ._topk_details import (BLOCK, MAX_K, NUM_WARPS, RowsTiling, k_pad, rows_tiling, top_k_per_row_kernel,
+                            top_k_rows_kernel)
 
 MAX_WIDTH = 2 ** 31 - 1   # column indices are int32
 
@@ -23,7 +24,8 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
              +inf > finite > -inf > NaN (-0.0 == +0.0; all NaNs equal); a row with fewer than k visible
              columns is padded with -1. Invisible columns are never read.
 
-    Host-side checks only (no device sync): legal inside CUDA-graph capture.
+    Host-side checks only (no device sync): legal inside CUDA-graph capture. Compiled GPUs run one program per
+    row; the CPU interpreter runs tiles of many rows per program (same results, bit for bit).
     """
     check_tensor("logits", logits, dtypes=torch.float32, ndim=2)
     rows, width = logits.shape
@@ -40,21 +42,38 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     if width > 1 and logits.stride(1) != 1:
         raise ValueError(f"logits must have unit column stride (stride(1) == 1), got strides {logits.stride()}; "
                          f"call .contiguous()")
-    if device.type == "cpu" and not _interpreted():
-        raise ValueError("logits is on the CPU but the Triton interpreter is off: set TRITON_INTERPRET=1 before "
-                         "importing hw, or pass CUDA/HIP tensors")
+    check_kernel_device("logits", device, top_k_per_row_kernel)
 
     out = torch.empty((rows, k), dtype=torch.int32, device=device)
     if rows == 0:
         return out
     if width == 0:
         return out.fill_(-1)
-    top_k_per_row_kernel[(rows,)](
-        logits, lengths if starts is None else starts, lengths, out, width, logits.stride(0), k,
-        HAS_STARTS=starts is not None, K_PAD=k_pad(k), BLOCK=BLOCK, num_warps=NUM_WARPS)
+    if kernels_interpreted(top_k_rows_kernel):
+        # the interpreter pays per Triton op, nearly independent of the tile: many rows per program
+        _launch_rows(logits, lengths, starts, out, rows_tiling(rows, width, k))
+    else:
+        _launch_per_row(logits, lengths, starts, out)
     return out
 
 
-def _interpreted() -> bool:
-    """True when the kernels were defined under TRITON_INTERPRET=1 (they then run on CPU tensors)."""
-    return not isinstance(top_k_per_row_kernel, triton.runtime.JITFunction)
+# The two launches below take checked arguments (rows >= 1, W >= 1) and fill `out` int32 [rows, k]. The public
+# launcher picks one per backend; the tests run both.
+
+def _launch_per_row(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None,
+                    out: torch.Tensor) -> None:
+    """top_k_per_row_kernel, one program per row (compiled GPUs)."""
+    k = out.shape[1]
+    top_k_per_row_kernel[(logits.shape[0],)](
+        logits, lengths if starts is None else starts, lengths, out, logits.shape[1], logits.stride(0), k,
+        HAS_STARTS=starts is not None, K_PAD=k_pad(k), BLOCK=BLOCK, num_warps=NUM_WARPS)
+
+
+def _launch_rows(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
+                 tiling: RowsTiling) -> None:
+    """top_k_rows_kernel, `tiling.rows` rows per program (the interpreter)."""
+    (rows, width), k = logits.shape, out.shape[1]
+    top_k_rows_kernel[(triton.cdiv(rows, tiling.rows),)](
+        logits, lengths if starts is None else starts, lengths, out, rows, width, logits.stride(0), k,
+        HAS_STARTS=starts is not None, K_PAD=k_pad(k), ROWS=tiling.rows, BLOCK=tiling.block,
+        RANK_CHUNK=tiling.rank_chunk)

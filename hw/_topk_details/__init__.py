@@ -1,13 +1,17 @@
-"""@triton.jit body of the per-row top-k (launcher: hw/topk.py) and its cross-compile specs (hw/isa.py).
+"""@triton.jit bodies of the top-k (launcher: hw/topk.py) and their cross-compile specs (hw/isa.py).
 
-kernel.py   top_k_per_row_kernel: exact radix select on order-preserving uint32 keys + compaction + sort
+kernel.py   top_k_per_row_kernel: one program per row (compiled GPUs; the path verified on the H200)
+            top_k_rows_kernel: a [ROWS, BLOCK] tile of rows per program, ranking instead of tl.sort (the CPU
+            interpreter, where a Triton op costs about the same for one row as for hundreds)
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import triton
 
 from .._isa_spec import CompileSpec
-from .kernel import top_k_per_row_kernel
+from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
 MAX_K = 2048       # the reference models' k; the sort of the selected K_PAD slots lives in registers
 MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
@@ -18,22 +22,63 @@ MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
 BLOCK = 4096
 NUM_WARPS = 8
 
+# top_k_rows_kernel under the interpreter, where every Triton op is a few NumPy calls on the whole tile: tiles of
+# up to TILE_ELEMS logits (rows x columns) and ranking comparisons of up to RANK_ELEMS (rows x K_PAD x RANK_CHUNK,
+# at most Triton's 2^20 elements per tensor). 2-core CPU, W = 1024, k = 64: 32 / 64 / 128 / 256 rows per program
+# took 1.5 / 0.8 / 0.5 / 0.4 ms per row (one row per program with tl.sort: 95 ms).
+TILE_ELEMS = 2 ** 17
+RANK_ELEMS = 2 ** 20
+
 
 def k_pad(k: int) -> int:
     """Register-resident sort width for k: the next power of two, at least MIN_K_PAD."""
     return max(MIN_K_PAD, triton.next_power_of_2(k))
 
 
+class RowsTiling(NamedTuple):
+    """Constexprs of top_k_rows_kernel for one launch (all powers of two)."""
+    rows: int         # ROWS: rows per program
+    block: int        # BLOCK: columns per chunk
+    rank_chunk: int   # RANK_CHUNK: slots ranked against at a time, <= K_PAD
+
+
+def rows_tiling(rows: int, width: int, k: int) -> RowsTiling:
+    """The interpreter's tiling for `rows` rows of `width` >= 1 columns at k: one chunk per row up to TILE_ELEMS
+    columns, as many rows per program as the tile and the ranking budget allow (at least one)."""
+    sort_width = k_pad(k)
+    block = min(triton.next_power_of_2(width), TILE_ELEMS)
+    per_program = min(triton.next_power_of_2(rows), TILE_ELEMS // block, max(1, RANK_ELEMS // sort_width ** 2))
+    return RowsTiling(per_program, block, min(sort_width, RANK_ELEMS // (per_program * sort_width)))
+
+
+_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32", "width": "i32",
+              "stride_row": "i32", "k": "i32"}
+
+
 def _spec(k: int, has_starts: bool) -> CompileSpec:
     return CompileSpec(
         label=f"topk/k{k}" + ("/ragged" if has_starts else ""),
         fn=top_k_per_row_kernel,
-        signature={"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32",
-                   "width": "i32", "stride_row": "i32", "k": "i32"},
+        signature=_SIGNATURE,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "BLOCK": BLOCK},
         num_warps=NUM_WARPS,
     )
 
 
-# decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
-ISA_SPECS = (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True))
+def _rows_spec(rows: int, width: int, k: int) -> CompileSpec:
+    """top_k_rows_kernel is launched only by the interpreter; this spec keeps it compilable without scratch for
+    GPUs at a small tile of short rows. Not tuned for GPUs: the tile is sensitive (4 rows x 256 columns at k = 16
+    gets a 16-byte stack frame from ptxas at 8 warps; at 4 warps gfx950 spills SGPRs)."""
+    tiling = rows_tiling(rows, width, k)
+    return CompileSpec(
+        label=f"topk/rows{tiling.rows}/W{width}/k{k}/ragged",
+        fn=top_k_rows_kernel,
+        signature=_SIGNATURE | {"rows": "i32"},
+        constexprs={"HAS_STARTS": True, "K_PAD": k_pad(k), "ROWS": tiling.rows, "BLOCK": tiling.block,
+                    "RANK_CHUNK": tiling.rank_chunk},
+        num_warps=NUM_WARPS,
+    )
+
+
+# decode (lengths only) at the reference k and a small k; ragged prefill at the reference k; the multi-row kernel
+ISA_SPECS = (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True), _rows_spec(2, 512, 16))

@@ -2,6 +2,12 @@
 
 Every case poisons the invisible columns (past the row's length, before its start, and the gap between rows of a
 strided view) with +inf / NaN / 3e38, which would win if they were ever read as candidates.
+
+The launcher runs one of two kernels (hw/_topk_details): one program per row on compiled GPUs, a tile of rows per
+program under the interpreter. Both run every case: the row kernel on any backend, the tile kernel under the
+interpreter (the only place it is launched) with the launcher's tiling and with a small one that splits the rows
+over several programs (the last one partial in the "mixed" cases), wide rows over several column chunks and the
+ranking over several slices.
 """
 from __future__ import annotations
 
@@ -11,9 +17,11 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
+import triton
 
 import hw
-from hw._topk_details import BLOCK, MAX_K
+from hw import topk as hw_topk
+from hw._topk_details import BLOCK, MAX_K, RANK_ELEMS, TILE_ELEMS, RowsTiling, k_pad, rows_tiling
 from sim.topk import top_k as sim_top_k
 from tests.sim._assert import assert_exact
 
@@ -24,6 +32,10 @@ SPECIAL_VALUES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -
                            3.4028235e38, -3.4028235e38, 1.1754944e-38], dtype=np.float32)
 POISON = np.array([np.inf, np.nan, 3e38], dtype=np.float32)
 FIRST_CHUNK_TIES = 8   # "two_chunks": fewer than the case's k, so the tie at the threshold spans both chunks
+MIXED_ROWS = 19        # rows of the "mixed" cases: not a multiple of any power-of-two rows-per-program
+SMALL_TILE_ROWS = 4    # the small tiling: rows per program ...
+SMALL_TILE_BLOCK = 256   # ... columns per chunk ...
+SMALL_TILE_RANK_SLICES = 4   # ... and K_PAD / RANK_CHUNK
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,11 @@ CASES = [
     Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties",
          starts=(0, 300, 40, 700, -5, 10)),
     Case("k_max", BLOCK + 500, MAX_K, (BLOCK + 100,), values="ties"),   # one row: the interpreter's sort is slow
+    # many rows of mixed lengths (0, 1, < k, > k, > W, negative), plain and ragged
+    Case("mixed", 300, 24, tuple(np.random.default_rng(1).integers(-5, 340, MIXED_ROWS).tolist()),
+         values="ties"),
+    Case("mixed_ragged", 300, 24, tuple(np.random.default_rng(2).integers(-5, 340, MIXED_ROWS).tolist()),
+         values="special", starts=tuple(np.random.default_rng(3).integers(-5, 200, MIXED_ROWS).tolist())),
 ]
 
 
@@ -85,8 +102,36 @@ def _clamped_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(starts, 0, ends), ends
 
 
+def _small_tiling(case: Case) -> RowsTiling:
+    sort_width = k_pad(case.k)
+    rank_chunk = min(sort_width // SMALL_TILE_RANK_SLICES, RANK_ELEMS // (SMALL_TILE_ROWS * sort_width))
+    return RowsTiling(SMALL_TILE_ROWS, SMALL_TILE_BLOCK, rank_chunk)
+
+
+def _launch(path: str, case: Case, logits, lengths, starts) -> torch.Tensor:
+    """Run one kernel path on checked inputs."""
+    if path == "launcher":
+        return hw.top_k_per_row(logits, lengths, case.k, starts=starts)
+    out = torch.empty((logits.shape[0], case.k), dtype=torch.int32, device=logits.device)
+    if path == "row_kernel":
+        hw_topk._launch_per_row(logits, lengths, starts, out)
+    else:
+        tiling = _small_tiling(case)
+        assert tiling.rank_chunk < k_pad(case.k)
+        hw_topk._launch_rows(logits, lengths, starts, out, tiling)
+    return out
+
+
+# launcher: the kernel the backend runs (the tile kernel with the launcher's tiling under the interpreter, the row
+# kernel on GPUs); row_kernel: the GPU kernel, also in the interpreter; tile_kernel_small: the small tiling
+PATHS = ("launcher", "row_kernel", "tile_kernel_small")
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_matches_sim(case: Case, device):
+def test_matches_sim(case: Case, path: str, device):
+    if path != "launcher" and device.type != "cpu":
+        pytest.skip("on a GPU the launcher runs the row kernel; the tile kernel is launched only by the interpreter")
     rng = np.random.default_rng(sum(map(ord, case.name)))
     x = _logits(case, rng)
     starts, ends = _clamped_ranges(case)
@@ -96,11 +141,38 @@ def test_matches_sim(case: Case, device):
     assert logits.stride() == (case.width + case.row_gap, 1)
     lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
     starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
-    got = hw.top_k_per_row(logits, lengths, case.k, starts=starts_t)
+    got = _launch(path, case, logits, lengths, starts_t)
 
     assert got.shape == (len(case.lengths), case.k) and got.dtype == torch.int32 and got.is_contiguous()
-    assert_exact(got.cpu().numpy(), want, f"top-k indices ({case.name})",
+    assert_exact(got.cpu().numpy(), want, f"top-k indices ({case.name}, {path})",
                  context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
+
+
+def test_launcher_picks_the_backend_kernel(device, monkeypatch):
+    """Interpreter: the tile kernel, with rows_tiling (hundreds of rows per program for short rows); compiled GPUs:
+    the row kernel."""
+    calls = []
+    for name in ("_launch_per_row", "_launch_rows"):
+        real = getattr(hw_topk, name)
+        monkeypatch.setattr(hw_topk, name, lambda *a, real=real, name=name: calls.append((name, a[4:])) or real(*a))
+    lengths = torch.full((300,), 200, dtype=torch.int32, device=device)
+    hw.top_k_per_row(torch.zeros((300, 256), device=device), lengths, 20)
+    if device.type == "cpu":   # rows min(512, 2^17 / 256, 2^20 / 32^2); rank chunk min(32, 2^20 / (512 * 32))
+        assert calls == [("_launch_rows", (RowsTiling(rows=512, block=256, rank_chunk=32),))]
+    else:
+        assert calls == [("_launch_per_row", ())]
+
+
+def test_rows_tiling_respects_the_budgets():
+    """Powers of two; tile and ranking tensors within their budgets (Triton's 2^20-element tensor limit)."""
+    for rows, width, k in [(1, 1, 1), (3, 17, 5), (1000, 1024, 64), (4096, 8192, 2048), (7, 2 ** 20, 2048),
+                           (100_000, 100, 16)]:
+        t = rows_tiling(rows, width, k)
+        assert all(v & (v - 1) == 0 for v in t), (rows, width, k, t)
+        assert t.rows * t.block <= TILE_ELEMS and t.rows * k_pad(k) * t.rank_chunk <= RANK_ELEMS, (rows, width, k, t)
+        assert t.rows <= max(1, triton.next_power_of_2(rows)) and 1 <= t.rank_chunk <= k_pad(k), (rows, width, k, t)
+    # rows min(1024, 2^17 / 1024, 2^20 / 64^2) = 128; rank chunk min(64, 2^20 / (128 * 64)) = 64
+    assert rows_tiling(1000, 1024, 64) == RowsTiling(rows=128, block=1024, rank_chunk=64)
 
 
 def test_empty_inputs(device):
