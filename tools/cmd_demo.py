@@ -23,12 +23,12 @@ DEMO_ATTENTION_CONFIG = '{"indexer_kv_dtype": "mxfp4"}'
 @click.option("--layers", type=click.IntRange(min=1), default=None,
               help="Indexer layers (default 2 on the CPU, 4 on a GPU).")
 @click.option("--prompt-len", type=click.IntRange(min=1), default=None,
-              help="Prompt tokens (default 256 on the CPU, 8192 on a GPU).")
+              help="Prompt tokens (default 1024 on the CPU, 8192 on a GPU).")
 @click.option("--decode-steps", type=click.IntRange(min=0), default=None,
               help="Decode steps after the prefill (default 8 on the CPU, 16 on a GPU).")
 @click.option("--heads", type=click.IntRange(min=1), default=None, help="Indexer heads H (default 8 CPU, 32 GPU).")
 @click.option("--top-k", type=click.IntRange(min=1), default=None,
-              help="k of the hook and of recall@k (default prompt/16: 16 for 256 tokens; 2048 from 8K prompts on).")
+              help="k of the hook and of recall@k (default prompt/16: 64 for 1024 tokens; 2048 from 8K prompts on).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="auto: the GPU when present, else the CPU through the Triton interpreter.")
 def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, device):
