@@ -15,21 +15,22 @@ import click
 from .runtime import choose_device
 
 
-def _graph_time_us(fn, *, inner: int, replays: int) -> float:
-    """Median time of one `fn()` in microseconds, from `replays` replays of a graph holding `inner` calls."""
+def _graph_time_us(fns, *, inner: int, replays: int) -> float:
+    """Median time of one call in microseconds, from `replays` replays of a graph holding `inner` calls that cycle
+    through `fns` (several input sets, so that repeated calls do not just re-read the L2: the H200's is 60 MB)."""
     import torch
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up (compiles) outside capture
-        for _ in range(2):
+        for fn in fns:
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
+        for i in range(inner):
+            fns[i % len(fns)]()
     graph.replay()
     torch.cuda.synchronize()
     times = []
@@ -50,59 +51,69 @@ def _ceilings(inner: int, replays: int) -> dict:
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    copy_us = _graph_time_us(lambda: dst.copy_(src), inner=inner, replays=replays)
+    copy_us = _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays)
     m = 8192
     a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
-    bf16_us = _graph_time_us(lambda: a @ b, inner=2, replays=replays)
+    bf16_us = _graph_time_us([lambda: a @ b], inner=2, replays=replays)
     out = {"copy_GBps": 2 * n / copy_us / 1e3, "bf16_TFLOPs": 2 * m**3 / bf16_us / 1e6}
     del src, dst, a, b
     torch.cuda.empty_cache()
     return out
 
 
-def _decode_case(kv_dtype: str, *, batch, next_n, heads, head_dim, context, page_size, layout, inner, replays):
-    """Time hw.fp8_fp4_paged_mqa_logits on one shape; return time and bytes moved."""
+def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
+                  seed: int = 0):
+    """One input set of the decode benchmark: a paged cache on shuffled physical pages filled by the hw writer from
+    random bf16 keys, quantized queries and weights. Returns (call, bytes_moved): call() runs
+    hw.fp8_fp4_paged_mqa_logits (clean_logits=False, as a decode step does) and returns the logits; bytes_moved
+    counts the K cache bytes read once, q, the weights and the logits written."""
     import torch
 
     import hw
+    from integration.schedule import default_num_sms
 
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(seed)
     pages_per_seq = -(-context // page_size)
     num_pages = batch * pages_per_seq
     bpt = head_dim + 4 if kv_dtype == "fp8" else head_dim // 2 + head_dim // 32
     page_stride = -(-page_size * bpt // 16) * 16
-    pool = torch.zeros(num_pages * page_stride, dtype=torch.uint8, device="cuda")
+    pool = torch.zeros(num_pages * page_stride, dtype=torch.uint8, device=device)
     kv_cache = pool.as_strided((num_pages, page_size, 1, bpt), (page_stride, bpt, bpt, 1))
-    # Shuffled physical pages: sequence b owns a random set of pages.
-    perm = torch.randperm(num_pages, device="cuda", generator=gen).to(torch.int32)
+    perm = torch.randperm(num_pages, device=device, generator=gen).to(torch.int32)
     block_table = perm.view(batch, pages_per_seq).contiguous()
     slots = (block_table.to(torch.int64)[:, :, None] * page_size
-             + torch.arange(page_size, device="cuda")).reshape(batch, -1)[:, :context].reshape(-1)
-    k = torch.randn(batch * context, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+             + torch.arange(page_size, device=device)).reshape(batch, -1)[:, :context].reshape(-1)
+    k = torch.randn(batch * context, head_dim, device=device, generator=gen).to(torch.bfloat16)
     hw.indexer_k_quant_and_cache(k, kv_cache, slots, kv_dtype=kv_dtype, layout=layout)
-    q_bf16 = torch.randn(batch, next_n, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-    weights = torch.randn(batch * next_n, heads, device="cuda", dtype=torch.float32, generator=gen)
+    q_bf16 = torch.randn(batch, next_n, heads, head_dim, device=device, generator=gen).to(torch.bfloat16)
+    weights = torch.randn(batch, next_n, heads, device=device, generator=gen)
     if kv_dtype == "fp8":
-        q_vals, weights = hw.quantize_q_fp8(q_bf16, weights.view(batch, next_n, heads))
+        q_vals, weights = hw.quantize_q_fp8(q_bf16, weights)
         q = (q_vals, None)
-        weights = weights.reshape(batch * next_n, heads)
     else:
         q = hw.quantize_q_mxfp4(q_bf16)
-    context_lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    from integration.schedule import default_num_sms
+    weights = weights.reshape(batch * next_n, heads).contiguous()
+    context_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
+    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, default_num_sms(torch.device(device)))
 
-    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, default_num_sms(torch.device("cuda")))
+    def call():
+        return hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,
+                                           clean_logits=False, layout=layout)
 
-    def run():
-        hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,
-                                    clean_logits=False, layout=layout)
-
-    us = _graph_time_us(run, inner=inner, replays=replays)
-    k_bytes = batch * context * bpt
     q_bytes = sum(t.numel() * t.element_size() for t in q if t is not None)
-    out_bytes = batch * next_n * context * 4
-    moved = k_bytes + q_bytes + weights.numel() * 4 + out_bytes
+    moved = batch * context * bpt + q_bytes + weights.numel() * 4 + batch * next_n * context * 4
+    return call, moved
+
+
+INPUT_SETS = 4  # 4 x 35.7 MB (MXFP4, the default shape) > the H200's 60 MB L2
+
+
+def _decode_case(kv_dtype: str, *, layout, inner, replays, **shape):
+    """Time hw.fp8_fp4_paged_mqa_logits on one shape over INPUT_SETS input sets; return time and bytes moved."""
+    sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, **shape) for i in range(INPUT_SETS)]
+    us = _graph_time_us([call for call, _ in sets], inner=inner, replays=replays)
+    moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
             "GBps": moved / us / 1e3}
 
@@ -135,7 +146,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, inner, replays, js
     variants = [("fp8", None), ("mxfp4", None)] + ([("mxfp4", "mxfp4_tiled")] if head_dim % 128 == 0 else [])
     for kv_dtype, layout in variants:
         click.echo(f"decode {layout or kv_dtype} ...", err=True)
-        rows.append(_decode_case(kv_dtype, **shape, layout=layout, inner=inner, replays=replays))
+        rows.append(_decode_case(kv_dtype, layout=layout, inner=inner, replays=replays, **shape))
     base = rows[0]["time_us"]
     click.echo(f"copy bandwidth (read+write): {ceil['copy_GBps']:.0f} GB/s; bf16 matmul: {ceil['bf16_TFLOPs']:.0f} "
                "TFLOP/s")
