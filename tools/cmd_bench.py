@@ -6,7 +6,9 @@ used as ceilings are measured in the same run, on the same device.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
 import sys
 
@@ -118,6 +120,80 @@ def _decode_case(kv_dtype: str, *, layout, inner, replays, **shape):
             "GBps": moved / us / 1e3}
 
 
+def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim, causal, seed: int = 0):
+    """One input set of the prefill benchmark (contiguous K, as after the gather). Returns (call, flops): call()
+    runs hw.fp8_fp4_mqa_logits; flops = 2 * H * D * (visible (query, key) pairs)."""
+    import torch
+
+    import hw
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q_bf16 = torch.randn(queries, heads, head_dim, device=device, generator=gen).to(torch.bfloat16)
+    k_bf16 = torch.randn(keys, 1, head_dim, device=device, generator=gen).to(torch.bfloat16)
+    weights = torch.randn(queries, heads, device=device, generator=gen)
+    if kv_dtype == "fp8":
+        q_vals, weights = hw.quantize_q_fp8(q_bf16, weights)
+        q = (q_vals, None)
+        k_vals, k_scales = hw.quantize_q_fp8(k_bf16, torch.ones(keys, 1, device=device))  # per-token 2^k scales
+        kv = (k_vals[:, 0], k_scales[:, 0].contiguous())
+    else:
+        q = hw.quantize_q_mxfp4(q_bf16)
+        codes, scales = hw.quantize_q_mxfp4(k_bf16)
+        kv = (codes[:, 0], scales[:, 0])
+    rows = torch.arange(queries, device=device, dtype=torch.int32)
+    ks = torch.zeros(queries, dtype=torch.int32, device=device)
+    ke = (rows + 1 + keys - queries).clamp(min=0) if causal else torch.full_like(ks, keys)
+    pairs = int(ke.sum()) - int(ks.sum())
+
+    def call():
+        return hw.fp8_fp4_mqa_logits(q, kv, weights, ks, ke, clean_logits=True)
+
+    return call, 2 * heads * head_dim * pairs
+
+
+def _prefill_case(kv_dtype, *, inner, replays, **shape):
+    call, flops = prefill_inputs(kv_dtype, "cuda", **shape)
+    us = _graph_time_us([call], inner=inner, replays=replays)
+    return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
+
+
+def _topk_case(*, rows, width, k, inner, replays):
+    import torch
+
+    import hw
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(rows, width, device="cuda", generator=gen)
+    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k)], inner=inner, replays=replays)
+    ref = _graph_time_us([lambda: torch.topk(logits, k, dim=1)], inner=inner, replays=replays)
+    return {"rows": rows, "width": width, "k": k, "time_us": ours, "torch_topk_us": ref}
+
+
+@contextlib.contextmanager
+def _mxfp4_path(path):
+    """Select the MXFP4 dot path of hw.logits for the duration (None: the launcher's default)."""
+    from hw.logits import MX_PATH_ENV
+
+    old = os.environ.get(MX_PATH_ENV)
+    if path is not None:
+        os.environ[MX_PATH_ENV] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MX_PATH_ENV, None)
+        else:
+            os.environ[MX_PATH_ENV] = old
+
+
+def _table(rows, columns):
+    """Plain-text table: columns = [(header, key, format)]."""
+    lines = ["  ".join(f"{h:>12}" for h, _, _ in columns)]
+    lines += ["  ".join(f"{format(r[key], fmt) if key in r else '-':>12}" for _, key, fmt in columns) for r in rows]
+    return "\n".join(lines)
+
+
 @click.command()
 @click.option("--batch", default=64, show_default=True)
 @click.option("--next-n", default=1, show_default=True)
@@ -125,11 +201,14 @@ def _decode_case(kv_dtype: str, *, layout, inner, replays, **shape):
 @click.option("--head-dim", default=128, show_default=True)
 @click.option("--context", default=8192, show_default=True)
 @click.option("--page-size", default=64, show_default=True)
+@click.option("--prefill-queries", default=4096, show_default=True, help="prefill: queries (= keys); 0 skips")
+@click.option("--topk-k", default=2048, show_default=True, help="top-k over the decode rows' width; 0 skips")
 @click.option("--inner", default=20, show_default=True, help="kernel calls per graph replay")
 @click.option("--replays", default=30, show_default=True)
 @click.option("--json-out", type=click.Path(dir_okay=False), help="also write the results as JSON here")
-def bench(batch, next_n, heads, head_dim, context, page_size, inner, replays, json_out):
-    """Decode scorer timings (FP8, MXFP4, MXFP4 tiled) against the copy bandwidth measured in the same run."""
+def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, topk_k, inner, replays, json_out):
+    """Decode scorer (FP8; MXFP4 on each dot path; MXFP4 tiled), prefill scorer (FP8 vs MXFP4, full and causal) and
+    top-k timings, against the copy bandwidth and the bf16 matmul rate measured in the same run."""
     try:
         choose_device("cuda")
     except RuntimeError as err:
@@ -137,27 +216,56 @@ def bench(batch, next_n, heads, head_dim, context, page_size, inner, replays, js
                    err=True)
         sys.exit(2)
     import torch
+    from hw.logits import MX_PATHS
 
     shape = dict(batch=batch, next_n=next_n, heads=heads, head_dim=head_dim, context=context, page_size=page_size)
-    click.echo(f"device: {torch.cuda.get_device_name(0)}; shape {shape}", err=True)
+    name = torch.cuda.get_device_name(0)
+    click.echo(f"device: {name}; decode shape {shape}", err=True)
     click.echo("measuring ceilings ...", err=True)
     ceil = _ceilings(inner=5, replays=replays)
-    rows = []
-    variants = [("fp8", None), ("mxfp4", None)] + ([("mxfp4", "mxfp4_tiled")] if head_dim % 128 == 0 else [])
-    for kv_dtype, layout in variants:
-        click.echo(f"decode {layout or kv_dtype} ...", err=True)
-        rows.append(_decode_case(kv_dtype, layout=layout, inner=inner, replays=replays, **shape))
-    base = rows[0]["time_us"]
-    click.echo(f"copy bandwidth (read+write): {ceil['copy_GBps']:.0f} GB/s; bf16 matmul: {ceil['bf16_TFLOPs']:.0f} "
-               "TFLOP/s")
-    click.echo(f"{'variant':<14}{'time us':>10}{'MB moved':>10}{'GB/s':>8}{'% copy':>8}{'vs fp8':>8}")
-    for r in rows:
-        r["frac_copy"] = r["GBps"] / ceil["copy_GBps"]
-        r["speedup_vs_fp8"] = base / r["time_us"]
-        click.echo(f"{r['layout']:<14}{r['time_us']:>10.1f}{r['bytes_moved'] / 1e6:>10.2f}{r['GBps']:>8.0f}"
-                   f"{100 * r['frac_copy']:>7.0f}%{r['speedup_vs_fp8']:>7.2f}x")
+    nvidia = torch.version.hip is None
+    variants = [("fp8", None, None), ("mxfp4", None, None)]
+    variants += [("mxfp4", None, p) for p in MX_PATHS if nvidia or p != "unpack_ptx"]
+    if head_dim % 128 == 0:
+        variants.append(("mxfp4", "mxfp4_tiled", None))
+    decode = []
+    for kv_dtype, layout, path in variants:
+        label = (layout or kv_dtype) + ("" if path is None else f" {path}")
+        click.echo(f"decode {label} ...", err=True)
+        with _mxfp4_path(path):
+            row = _decode_case(kv_dtype, layout=layout, inner=inner, replays=replays, **shape)
+        row.update(variant=label, frac_copy=row["GBps"] / ceil["copy_GBps"])
+        decode.append(row)
+    for row in decode:
+        row["speedup_vs_fp8"] = decode[0]["time_us"] / row["time_us"]
+    prefill = []
+    for causal in ((False, True) if prefill_queries else ()):
+        for kv_dtype in ("fp8", "mxfp4"):
+            click.echo(f"prefill {kv_dtype} {'causal' if causal else 'full'} ...", err=True)
+            row = _prefill_case(kv_dtype, queries=prefill_queries, keys=prefill_queries, heads=heads,
+                                head_dim=head_dim, causal=causal, inner=3, replays=replays)
+            row["variant"] = f"{kv_dtype} {'causal' if causal else 'full'}"
+            row["frac_bf16_mm"] = row["TFLOPs"] / ceil["bf16_TFLOPs"]
+            prefill.append(row)
+    topk = []
+    if topk_k:
+        click.echo("top-k ...", err=True)
+        topk.append(_topk_case(rows=batch * next_n, width=context, k=topk_k, inner=inner, replays=replays))
+    click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
+    click.echo(f"decode B{batch}/N{next_n}/H{heads}/D{head_dim}/ctx {context}/page {page_size}:")
+    click.echo(_table(decode, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
+                               ("MB moved", "bytes_moved", ",.0f"), ("GB/s", "GBps", ".0f"),
+                               ("of copy", "frac_copy", ".0%"), ("vs fp8", "speedup_vs_fp8", ".2f")]))
+    if prefill:
+        click.echo(f"prefill {prefill_queries} x {prefill_queries} x H{heads}/D{head_dim}:")
+        click.echo(_table(prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
+                                    ("TFLOP/s", "TFLOPs", ".0f"), ("of bf16 mm", "frac_bf16_mm", ".0%")]))
+    if topk:
+        click.echo("top-k (exact, ours) vs torch.topk:")
+        click.echo(_table(topk, [("rows", "rows", "d"), ("width", "width", "d"), ("k", "k", "d"),
+                                 ("ours us", "time_us", ".1f"), ("torch us", "torch_topk_us", ".1f")]))
     if json_out:
         with open(json_out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "shape": shape, "ceilings": ceil, "decode": rows,
-                       "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__}},
-                      f, indent=2)
+            json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "prefill": prefill,
+                       "topk": topk, "versions": {"torch": torch.__version__,
+                                                  "triton": __import__("triton").__version__}}, f, indent=2)

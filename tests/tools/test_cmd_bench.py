@@ -1,12 +1,14 @@
 """`mxidx bench`: the GPU-only command refuses a CPU machine clearly; its input builder runs on any device."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from click.testing import CliRunner
 
 from tools.cli import main
-from tools.cmd_bench import decode_inputs
+from tools.cmd_bench import decode_inputs, prefill_inputs
 
 
 def test_bench_without_gpu_exits_2(monkeypatch):
@@ -33,3 +35,34 @@ def test_decode_inputs_run_and_count_bytes(kv_dtype, layout, bpt, q_bytes_per_he
     want = (batch * context * bpt + batch * next_n * heads * q_bytes_per_head + batch * next_n * heads * 4
             + batch * next_n * context * 4)
     assert moved == want
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8", "mxfp4"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_inputs_run_and_count_flops(kv_dtype, causal, device):
+    queries, keys, heads, head_dim = 6, 9, 3, 64
+    call, flops = prefill_inputs(kv_dtype, device.type, queries=queries, keys=keys, heads=heads, head_dim=head_dim,
+                                 causal=causal)
+    logits = call()
+    assert logits.shape == (queries, keys)
+    # causal: query i (the last `queries` of the keys' positions) sees keys j <= i + keys - queries
+    visible = [i + 1 + keys - queries if causal else keys for i in range(queries)]
+    for i, v in enumerate(visible):
+        assert torch.isfinite(logits[i, :v]).all() and (logits[i, v:] == float("-inf")).all()
+    assert flops == 2 * heads * head_dim * sum(visible)
+
+
+def test_mxfp4_path_override_is_restored(monkeypatch):
+    from hw.logits import MX_PATH_ENV
+    from tools.cmd_bench import _mxfp4_path
+
+    monkeypatch.setenv(MX_PATH_ENV, "unpack")
+    with _mxfp4_path("dot_scaled"):
+        assert os.environ[MX_PATH_ENV] == "dot_scaled"
+    assert os.environ[MX_PATH_ENV] == "unpack"
+    monkeypatch.delenv(MX_PATH_ENV)
+    with _mxfp4_path(None):
+        assert MX_PATH_ENV not in os.environ
+    with _mxfp4_path("unpack"):
+        pass
+    assert MX_PATH_ENV not in os.environ
