@@ -187,6 +187,20 @@ def _mxfp4_path(path):
             os.environ[MX_PATH_ENV] = old
 
 
+@contextlib.contextmanager
+def _wgmma_rows(enabled: bool):
+    """The paged kernel's PAGED_MMA_MIN_ROWS = 64 variant at one page a step (hw/_logits_details/launch_config)."""
+    from hw._logits_details import launch_config as cfg
+
+    old = cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP
+    if enabled:
+        cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP = 64, {"fp8": 64, "mxfp4": 64}
+    try:
+        yield
+    finally:
+        cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP = old
+
+
 def _table(rows, columns):
     """Plain-text table: columns = [(header, key, format)]."""
     lines = ["  ".join(f"{h:>12}" for h, _, _ in columns)]
@@ -224,15 +238,17 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
     click.echo("measuring ceilings ...", err=True)
     ceil = _ceilings(inner=5, replays=replays)
     nvidia = torch.version.hip is None
-    variants = [("fp8", None, None), ("mxfp4", None, None)]
-    variants += [("mxfp4", None, p) for p in MX_PATHS if nvidia or p != "unpack_ptx"]
+    variants = [("fp8", None, None, False), ("mxfp4", None, None, False)]
+    variants += [("mxfp4", None, p, False) for p in MX_PATHS if nvidia or p != "unpack_ptx"]
     if head_dim % 128 == 0:
-        variants.append(("mxfp4", "mxfp4_tiled", None))
+        variants.append(("mxfp4", "mxfp4_tiled", None, False))
+    if nvidia:   # the wgmma-shaped candidates (64 MMA rows, one page a step)
+        variants += [("fp8", None, None, True), ("mxfp4", None, "unpack_ptx", True)]
     decode = []
-    for kv_dtype, layout, path in variants:
-        label = (layout or kv_dtype) + ("" if path is None else f" {path}")
+    for kv_dtype, layout, path, m64 in variants:
+        label = (layout or kv_dtype) + ("" if path is None else f" {path}") + (" M64" if m64 else "")
         click.echo(f"decode {label} ...", err=True)
-        with _mxfp4_path(path):
+        with _mxfp4_path(path), _wgmma_rows(m64):
             row = _decode_case(kv_dtype, layout=layout, inner=inner, replays=replays, **shape)
         row.update(variant=label, frac_copy=row["GBps"] / ceil["copy_GBps"])
         decode.append(row)

@@ -39,11 +39,14 @@ def _prefill_spec(kv_format: str, head_dim: int, mx_path: int = MX_DOT_SCALED.va
 
 
 def _paged_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1,
-                mx_path: int = MX_DOT_SCALED.value) -> CompileSpec:
+                mx_path: int = MX_DOT_SCALED.value, wgmma_rows: bool = False) -> CompileSpec:
+    """wgmma_rows: the PAGED_MMA_MIN_ROWS = 64 variant at one page a step (see launch_config)."""
     kv_format = "fp8" if layout == "fp8" else "mxfp4"
     mx = kv_format == "mxfp4"
     n_pad, h_pad, pages_per_step = cfg.paged_tiles(_HEADS, next_n, page_size, kv_format)
-    path = _MX_PATH_NAMES[mx_path] if mx else "mma"
+    if wgmma_rows:
+        h_pad, pages_per_step = cfg.head_pad(_HEADS, n_pad, 64), 1
+    path = (_MX_PATH_NAMES[mx_path] if mx else "mma") + ("/M64" if wgmma_rows else "")
     pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr")
     return CompileSpec(
         label=f"paged_logits/{layout}/{path}/D{head_dim}/P{page_size}/N{next_n}", fn=paged_logits_kernel,
@@ -70,4 +73,6 @@ ISA_SPECS = (
     _paged_spec("mxfp4_tiled", 128, 64, mx_path=MX_UNPACK_PTX.value),
     _prefill_spec("mxfp4", 128), _prefill_spec("mxfp4", 64), _prefill_spec("mxfp4", 32), _prefill_spec("fp8", 128),
     _prefill_spec("mxfp4", 128, mx_path=MX_UNPACK_PTX.value),
+    _paged_spec("fp8", 128, 64, wgmma_rows=True), _paged_spec("mxfp4", 128, 64, mx_path=MX_UNPACK_PTX.value,
+                                                              wgmma_rows=True),
 )

@@ -19,11 +19,16 @@ FP8_PROMOTE_K = 32                    # Hopper FP8 MMA: promote to fp32 every 32
 #: unpack 113, at 256 tokens a step 50.4 vs 51.6 us; prefill 4k x 4k x H32: dot_scaled 1.19 ms < unpack_ptx 1.41 <
 #: unpack 1.84). HIP and the interpreter use dot_scaled.
 CUDA_DEFAULT_MX_PATH = {"prefill": "dot_scaled", "decode": "unpack_ptx"}
+#: minimum MMA rows (N_PAD * H_PAD) of the paged kernel. At 32 rows (N = 1, H = 32) Triton emits mma.sync on
+#: f16-converted tiles on sm_90; at 64 it emits wgmma on the e4m3 tiles themselves (FP8, and MXFP4 through the
+#: exact e2m1 -> e4m3 unpack), scratch-free at 64 tokens a step by cross-compilation, at the cost of padded head
+#: rows. Not timed yet: `mxidx bench` measures both (its "M64" rows).
+PAGED_MMA_MIN_ROWS = MMA_MIN_ROWS
 
 
-def head_pad(num_heads: int, rows: int) -> int:
-    """Padded head count: a power of two with rows * H_PAD >= MMA_MIN_ROWS."""
-    return max(triton.next_power_of_2(num_heads), MMA_MIN_ROWS // rows)
+def head_pad(num_heads: int, rows: int, min_rows: int = MMA_MIN_ROWS) -> int:
+    """Padded head count: a power of two with rows * H_PAD >= min_rows (rows a power of two)."""
+    return max(triton.next_power_of_2(num_heads), min_rows // rows)
 
 
 def prefill_tiles(num_heads: int) -> tuple[int, int]:
@@ -35,4 +40,4 @@ def prefill_tiles(num_heads: int) -> tuple[int, int]:
 def paged_tiles(num_heads: int, next_n: int, page_size: int, kv_format: str) -> tuple[int, int, int]:
     """(N_PAD, H_PAD, PAGES_PER_STEP) of the paged kernel."""
     n_pad = triton.next_power_of_2(next_n)
-    return n_pad, head_pad(num_heads, n_pad), max(1, PAGED_TOKENS_PER_STEP[kv_format] // page_size)
+    return n_pad, head_pad(num_heads, n_pad, PAGED_MMA_MIN_ROWS), max(1, PAGED_TOKENS_PER_STEP[kv_format] // page_size)

@@ -137,6 +137,15 @@ def test_paged_pages_per_step(case: DecodeCase, path, tokens_per_step, device, m
     check_paged_case(case, path, device, monkeypatch)
 
 
+@pytest.mark.parametrize("case,path", [(CASES[0], "unpack"), (CASES[6], None)], ids=str)
+def test_paged_padded_to_64_mma_rows(case: DecodeCase, path, device, monkeypatch):
+    """PAGED_MMA_MIN_ROWS = 64 (the wgmma shape on Hopper): padded head rows never leak into the logits."""
+    monkeypatch.setattr(launch_config, "PAGED_MMA_MIN_ROWS", 64)
+    n_pad, h_pad, _ = launch_config.paged_tiles(case.heads, case.next_n, case.page_size, case.kv_format)
+    assert n_pad * h_pad >= 64
+    check_paged_case(case, path, device, monkeypatch)
+
+
 def check_paged_case(case: DecodeCase, path, device, monkeypatch):
     mx_path(monkeypatch, path)
     rng = case_rng(str(case))

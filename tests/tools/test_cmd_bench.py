@@ -66,3 +66,15 @@ def test_mxfp4_path_override_is_restored(monkeypatch):
     with _mxfp4_path("unpack"):
         pass
     assert MX_PATH_ENV not in os.environ
+
+
+def test_wgmma_rows_variant_is_restored():
+    from hw._logits_details import launch_config as cfg
+    from tools.cmd_bench import _wgmma_rows
+
+    before = cfg.PAGED_MMA_MIN_ROWS, dict(cfg.PAGED_TOKENS_PER_STEP)
+    with _wgmma_rows(True):
+        assert cfg.paged_tiles(32, 1, 64, "mxfp4") == (1, 64, 1)
+    assert (cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP) == before
+    with _wgmma_rows(False):
+        assert cfg.paged_tiles(32, 1, 64, "mxfp4")[1] == 32
