@@ -61,12 +61,13 @@ class IndexerConfig:
     def from_json(cls, text: str | None) -> "IndexerConfig":
         """Parse the --attention-config string. None or "" gives the defaults (FP8).
 
-        Raises ValueError on malformed JSON, a non-object, unknown keys or values; the message lists the choices.
+        Raises ValueError on malformed JSON, a non-object, a repeated key, unknown keys or values; the message
+        lists the choices.
         """
         if text is None or not text.strip():
             return cls()
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_object_without_repeated_keys)
         except json.JSONDecodeError as e:
             raise ValueError(f"--attention-config is not valid JSON ({e.msg} at character {e.pos}): {text!r}; "
                              f'expected an object such as {{"{KEY_KV_DTYPE}": "mxfp4"}}') from None
@@ -98,3 +99,13 @@ class IndexerConfig:
 def _check_choice(key: str, value, choices: tuple) -> None:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"--attention-config: {key} must be one of {list(choices)}, got {value!r}")
+
+
+def _object_without_repeated_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads hook: a key given twice is an error (json.loads alone keeps the last one silently)."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"--attention-config: key {key!r} is given twice; give each setting once")
+        obj[key] = value
+    return obj

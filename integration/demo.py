@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from hw.topk import MAX_K
+
 from .config import IndexerConfig
 from .gates import GateDecision, IndexerGeometry, decide
 from .indexer import DecodeMetadata, PrefillMetadata, SparseIndexer
@@ -37,7 +39,8 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """Sizes of one demo run; `for_device` gives the defaults (small on the CPU interpreter)."""
+    """Sizes of one demo run; `for_device` gives the defaults (small on the CPU interpreter). ValueError on a
+    size the run could not use (checked before anything runs; head_dim and page_size by IndexerGeometry)."""
 
     layers: int = 2
     prompt_len: int = 1024
@@ -55,8 +58,8 @@ class DemoSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.decode_steps < 0:
             raise ValueError(f"decode_steps must be >= 0, got {self.decode_steps}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_k is not None and not 1 <= self.top_k <= MAX_K:
+            raise ValueError(f"top_k must be in 1..{MAX_K}, got {self.top_k}")
 
     @classmethod
     def for_device(cls, device: str, **overrides) -> "DemoSettings":

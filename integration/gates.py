@@ -7,25 +7,32 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
                   interpreter) falls back.
     triton        compiled backends need tl.dot_scaled (triton >= 3.3); the CPU interpreter runs it from 3.8.
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
-                  P % 4 == 0 holds for every page size). Geometry no format supports is a ValueError from
-                  IndexerGeometry, not a fallback.
+                  P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
+                  scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry, not a
+                  fallback.
     self_check    a one-time run of the MXFP4 kernels against sim/ on a tiny case (integration.selfcheck).
 
-A failed gate selects FP8 and logs one warning naming the gate and the reason. The decision is a GateDecision
-(the config that runs, the failed gate, the reason). Every input is injectable (Platform, the self-check
-callable) so tests can simulate other architectures and versions.
+A failed gate selects FP8 and logs one warning naming the gate and the reason. A gate that raises (an
+unparsable version string, a self-check that cannot even be imported) fails with the exception as its reason:
+the model falls back instead of crashing. The decision is a GateDecision (the config that runs, the failed gate,
+the reason). Every input is injectable (Platform, the self-check callable) so tests can simulate other
+architectures and versions.
 """
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from hw._cache_view import PAGE_SIZES, check_head_dim
+from hw._cache_view import PAGE_SIZES, TILE_HEAD_DIM
+from hw._checks import kernels_interpreted
+# the scorers' head-dim rule (DESIGN's multiples of 32 in 32..256, of which the scorer tiles take the powers of
+# two): one definition, in hw
+from hw.logits import _check_scorer_head_dim
+from hw.quant import q_quant_mxfp4_kernel     # any hw kernel: they are all defined under one TRITON_INTERPRET
 
 from .config import IndexerConfig
 
@@ -36,15 +43,14 @@ MIN_TRITON_COMPILED = (3, 3)      # tl.dot_scaled in compiled backends
 MIN_TRITON_INTERPRETER = (3, 8)   # tl.dot_scaled in the CPU interpreter
 NATIVE_ARCHS = ("gfx950",)        # scaled MFMA v_mfma_scale_f32_*_f8f6f4
 MIN_NVIDIA_MAJOR = 9              # sm_90 (Hopper) and newer: dot_scaled through Triton's decomposition
-TILED_HEAD_DIM_MULTIPLE = 128
 
 
 @dataclass(frozen=True)
 class IndexerGeometry:
     """Shape of one indexer layer: H heads of head dim D, P tokens per cache page.
 
-    Raises ValueError for geometry that no format supports (D not a multiple of 32 in 32..256, P not in
-    16/32/64/128/256, H < 1).
+    Raises ValueError for geometry that no format supports (D not one of the scorers' 32, 64, 128, 256; P not
+    in 16/32/64/128/256; H < 1).
     """
 
     num_heads: int
@@ -54,7 +60,7 @@ class IndexerGeometry:
     def __post_init__(self):
         if not isinstance(self.num_heads, int) or self.num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {self.num_heads!r}")
-        check_head_dim("head_dim", self.head_dim, "mxfp4")
+        _check_scorer_head_dim("head_dim", self.head_dim, "mxfp4")
         if self.page_size not in PAGE_SIZES:
             raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size!r}")
 
@@ -66,7 +72,8 @@ class Platform:
     device_type: "cuda" (NVIDIA or AMD through torch.cuda) or "cpu"
     arch:        "gfx950", "gfx942", "sm_90", "sm_100", "cpu", ...
     triton_version: e.g. "3.6.0" (local suffixes such as "+git1234" are ignored)
-    interpreter: TRITON_INTERPRET=1 was set before hw/ was imported
+    interpreter: hw's kernels were defined under TRITON_INTERPRET=1 (they run on CPU tensors); the kernel
+                 objects say so, whatever the environment says now
     """
 
     device_type: str
@@ -79,7 +86,7 @@ class Platform:
         import triton
 
         device = torch.device(device)
-        interpreter = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        interpreter = kernels_interpreted(q_quant_mxfp4_kernel)
         if device.type == "cpu":
             return cls("cpu", "cpu", triton.__version__, interpreter)
         if device.type != "cuda":
@@ -157,8 +164,8 @@ def check_triton(platform: Platform) -> str | None:
 
 def check_geometry(config: IndexerConfig, geometry: IndexerGeometry) -> str | None:
     """None if the MXFP4 layout supports this geometry, else the reason."""
-    if config.resolved_layout == "mxfp4_tiled" and geometry.head_dim % TILED_HEAD_DIM_MULTIPLE:
-        return (f"layout mxfp4_tiled needs a head dim that is a multiple of {TILED_HEAD_DIM_MULTIPLE}, "
+    if config.resolved_layout == "mxfp4_tiled" and geometry.head_dim % TILE_HEAD_DIM:
+        return (f"layout mxfp4_tiled needs a head dim that is a multiple of {TILE_HEAD_DIM}, "
                 f"got {geometry.head_dim}")
     return None
 
@@ -171,24 +178,32 @@ def decide(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
     """Run the gates for `config` on `device` and return the decision.
 
     FP8 requested: no gates (FP8 is the default path). MXFP4 requested: the first failing gate selects FP8 and
-    logs one warning. `platform` defaults to Platform.detect(device); `self_check` to
-    integration.selfcheck.run_self_check (cached: it runs once per config, geometry and device).
+    logs one warning; a gate that raises fails with "ExceptionType: message" as its reason. `platform` defaults
+    to Platform.detect(device); `self_check` to integration.selfcheck.run_self_check (cached: it runs once per
+    config, geometry and device).
     """
     device = torch.device(device)
     if config.kv_dtype == "fp8":
         return GateDecision(config, config, None, "requested")
     platform = platform or Platform.detect(device)
-    if self_check is None:
-        from .selfcheck import run_self_check as self_check
     checks = (
         ("architecture", lambda: check_architecture(platform)),
         ("triton", lambda: check_triton(platform)),
         ("geometry", lambda: check_geometry(config, geometry)),
-        ("self_check", lambda: self_check(config, geometry, device)),
+        ("self_check", lambda: (self_check or _default_self_check())(config, geometry, device)),
     )
     for gate, check in checks:
-        reason = check()
+        try:
+            reason = check()
+        except Exception as e:    # a gate that cannot decide has not passed: fall back rather than crash
+            reason = f"{type(e).__name__}: {e}"
         if reason is not None:
             log.warning("MXFP4 indexer disabled by the %s gate: %s; falling back to FP8", gate, reason)
             return GateDecision(config, IndexerConfig(), gate, reason)
     return GateDecision(config, config, None, f"all gates passed on {platform.arch}")
+
+
+def _default_self_check() -> SelfCheck:
+    """integration.selfcheck.run_self_check, imported only when a gate reaches it (it imports sim/)."""
+    from .selfcheck import run_self_check
+    return run_self_check

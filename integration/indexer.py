@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 
 import hw
-from hw._checks import check_tensor
+from hw._checks import check_flag, check_tensor, validate_requested
+from hw.topk import MAX_K
 
 from .gates import GateDecision
 from .schedule import DecodeSchedule
@@ -49,6 +50,7 @@ class PrefillMetadata:
     query_lens: tuple[int, ...]
 
     def __post_init__(self):
+        check_tensor("block_table", self.block_table, dtypes=torch.int32, ndim=2)
         if len(self.seq_lens) != len(self.query_lens) or len(self.seq_lens) != self.block_table.shape[0]:
             raise ValueError(f"seq_lens ({len(self.seq_lens)}), query_lens ({len(self.query_lens)}) and "
                              f"block_table rows ({self.block_table.shape[0]}) must all count the requests")
@@ -79,30 +81,49 @@ class SparseIndexer:
 
     decision:        the gate decision (what format and layout run)
     kv_cache:        this layer's view, uint8[num_pages, P, 1, bytes_per_token] (integration.pool)
-    top_k:           indices returned per token
+    top_k:           indices returned per token, 1..2048 (hw.top_k_per_row's limit)
     max_context_len: width of the decode logits (the model's maximum context)
+    validate:        True (or MXIDX_VALIDATE=1) also checks what the hot path trusts, with device syncs (not
+                     during CUDA-graph capture): every slot_mapping entry is negative or a slot of kv_cache, and
+                     the block-table pages the gather and the scorer read are pages of kv_cache.
+
+    Every call checks dtypes, shapes and devices on the host (no sync) and raises ValueError naming the argument
+    before it writes the cache.
     """
 
-    def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int):
-        if top_k < 1 or max_context_len < 1:
-            raise ValueError(f"top_k and max_context_len must be positive, got {top_k} and {max_context_len}")
+    def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
+                 validate: bool = False):
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_K:
+            raise ValueError(f"top_k must be an int in 1..{MAX_K}, got {top_k!r}")
+        if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 1:
+            raise ValueError(f"max_context_len must be a positive int, got {max_context_len!r}")
+        check_tensor("kv_cache", kv_cache, dtypes=torch.uint8, ndim=4)
         self.kv_dtype = decision.kv_dtype
         self.layout = decision.layout
         self.scale_rule = decision.config.scale_rule
         self.kv_cache = kv_cache
         self.top_k = top_k
         self.max_context_len = max_context_len
+        self.validate = check_flag("validate", validate)
+
+    @property
+    def page_size(self) -> int:
+        return self.kv_cache.shape[1]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor,
                  metadata: PrefillMetadata | DecodeMetadata) -> torch.Tensor:
+        """q bfloat16 [T, H, D], k bfloat16 [T, D], weights float32 [T, H], all on kv_cache's device, and the
+        metadata of this step -> int32 [T, top_k] (positions within each request, -1 padded)."""
         if not isinstance(metadata, (PrefillMetadata, DecodeMetadata)):
             raise ValueError(f"metadata must be PrefillMetadata or DecodeMetadata, got {type(metadata).__name__}")
-        check_tensor("q", q, dtypes=torch.bfloat16, ndim=3)
+        device = self.kv_cache.device
+        check_tensor("q", q, dtypes=torch.bfloat16, ndim=3, device=device)
         num_tokens, num_heads, head_dim = q.shape
-        check_tensor("k", k, dtypes=torch.bfloat16, shape=(num_tokens, head_dim))
-        check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads))
-        check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,))
+        check_tensor("k", k, dtypes=torch.bfloat16, shape=(num_tokens, head_dim), device=device)
+        check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads), device=device)
+        check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         if isinstance(metadata, PrefillMetadata):
+            self._check_prefill(metadata)
             expected, what = metadata.num_tokens, "the prefill metadata counts"
         else:
             sched = metadata.schedule
@@ -111,22 +132,44 @@ class SparseIndexer:
             what = f"a decode step of {sched.batch_size} requests x next_n {sched.next_n} needs"
         if num_tokens != expected:
             raise ValueError(f"q has {num_tokens} tokens, but {what} {expected}")
+        validate = validate_requested(self.validate)
+        if validate:
+            self._validate_slots(metadata.slot_mapping)
         # everything is checked before the cache is touched
         hw.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, kv_dtype=self.kv_dtype,
                                      layout=self.layout, scale_rule=self.scale_rule)
         q_pair, weights = self._quantize_q(q, weights)
         if isinstance(metadata, PrefillMetadata):
-            return self._prefill(q_pair, weights, metadata)
-        return self._decode(q_pair, weights, metadata)
+            return self._prefill(q_pair, weights, metadata, validate)
+        return self._decode(q_pair, weights, metadata, validate)
+
+    def _check_prefill(self, meta: PrefillMetadata) -> None:
+        """block_table on the cache's device (its dtype and rank are the metadata's checks), wide enough for every
+        request (the gather would read a longer request's extra tokens as zero bytes)."""
+        check_tensor("block_table", meta.block_table, device=self.kv_cache.device)
+        covered = meta.block_table.shape[1] * self.page_size
+        for b, seq_len in enumerate(meta.seq_lens):
+            if seq_len > covered:
+                raise ValueError(f"request {b} has {seq_len} tokens but block_table's {meta.block_table.shape[1]} "
+                                 f"pages of {self.page_size} tokens cover only {covered}; widen block_table")
 
     def _check_schedule(self, sched: DecodeSchedule, block_table: torch.Tensor) -> None:
         """The schedule's row lengths must describe exactly the logits this hook computes: same page size, width
         and block-table width (else top-k could read columns the scorer never wrote, clean_logits being False)."""
-        page_size = self.kv_cache.shape[1]
-        if (sched.page_size, sched.max_context_len) != (page_size, self.max_context_len):
+        if (sched.page_size, sched.max_context_len) != (self.page_size, self.max_context_len):
             raise ValueError(f"the DecodeSchedule was built for page size {sched.page_size} and max_context_len "
-                             f"{sched.max_context_len}; this layer has {page_size} and {self.max_context_len}")
-        check_tensor("block_table", block_table, dtypes=torch.int32, shape=(sched.batch_size, sched.max_pages))
+                             f"{sched.max_context_len}; this layer has {self.page_size} and {self.max_context_len}")
+        check_tensor("block_table", block_table, dtypes=torch.int32, shape=(sched.batch_size, sched.max_pages),
+                     device=self.kv_cache.device)
+
+    def _validate_slots(self, slot_mapping: torch.Tensor) -> None:
+        """Validate mode (syncs): every slot is negative (skip) or below num_pages * P."""
+        capacity = self.kv_cache.shape[0] * self.page_size
+        past = slot_mapping >= capacity
+        if bool(past.any()):
+            i = int(torch.nonzero(past)[0, 0])
+            raise ValueError(f"slot_mapping[{i}] = {int(slot_mapping[i])} is past the cache's {capacity} slots "
+                             f"({self.kv_cache.shape[0]} pages of {self.page_size}); a negative slot skips a token")
 
     def _quantize_q(self, q: torch.Tensor, weights: torch.Tensor):
         """-> ((values, scales|None), weights): FP8 folds q's scale into the weights, MXFP4 keeps them."""
@@ -135,13 +178,14 @@ class SparseIndexer:
             return (values, None), folded
         return hw.quantize_q_mxfp4(q, scale_rule=self.scale_rule), weights
 
-    def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata) -> torch.Tensor:
+    def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
         device = weights.device
         out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=device)
         first_key = (0, *itertools.accumulate(meta.seq_lens))   # request b's keys: first_key[b] .. first_key[b+1]
         cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
         kv_values, kv_scales = hw.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
-                                                                  layout=self.layout, num_tokens=first_key[-1])
+                                                                  layout=self.layout, num_tokens=first_key[-1],
+                                                                  validate=validate)
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
@@ -159,7 +203,7 @@ class SparseIndexer:
             row += query_len
         return out
 
-    def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata) -> torch.Tensor:
+    def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata, validate: bool) -> torch.Tensor:
         sched = meta.schedule
         batch, next_n = sched.batch_size, sched.next_n
         q_values, q_scales = q_pair
@@ -167,5 +211,5 @@ class SparseIndexer:
                 None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
         logits = hw.fp8_fp4_paged_mqa_logits(q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
                                              sched.schedule_meta, self.max_context_len, clean_logits=False,
-                                             layout=self.layout)
+                                             layout=self.layout, validate=validate)
         return hw.top_k_per_row(logits, sched.row_lengths, self.top_k)

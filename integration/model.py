@@ -75,7 +75,8 @@ def hadamard_matrix(n: int, *, dtype=torch.float32, device=None) -> torch.Tensor
     return (h / math.sqrt(n)).to(dtype=dtype, device=device)
 
 
-def rms_norm(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, gain: torch.Tensor | float) -> torch.Tensor:
+    """x float32 [..., C] scaled to unit root-mean-square over C (eps NORM_EPS), times gain ([C] or a scalar)."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS) * gain
 
 
@@ -152,6 +153,7 @@ class IndexerModel:
         return torch.multinomial(probs / probs.sum(), count, replacement=True, generator=gen).to(self.device)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """token ids int64 [T] -> hidden states float32 [T, hidden] (the massive-activation channels included)."""
         return self.embedding[tokens]
 
     def next_hidden(self, layer: int, x: torch.Tensor) -> torch.Tensor:
@@ -162,8 +164,15 @@ class IndexerModel:
     def indexer_inputs(self, layer: int, x: torch.Tensor, positions: torch.Tensor):
         """Layer `layer`'s indexer inputs for hidden states x float32 [T, hidden] at positions int64 [T].
 
-        Returns q bfloat16 [T, H, D], k bfloat16 [T, D], weights float32 [T, H].
+        Returns q bfloat16 [T, H, D], k bfloat16 [T, D], weights float32 [T, H]: indexer_inputs_fp32's q and k
+        rounded to bf16 (the dtype a serving engine hands the indexer op).
         """
+        q, k, weights = self.indexer_inputs_fp32(layer, x, positions)
+        return q.to(torch.bfloat16), k.to(torch.bfloat16), weights
+
+    def indexer_inputs_fp32(self, layer: int, x: torch.Tensor, positions: torch.Tensor):
+        """indexer_inputs before the bf16 rounding: q float32 [T, H, D], k float32 [T, D], weights float32
+        [T, H] (contiguous). With the rotation on, q and k are exactly the unrotated ones times `rotation`."""
         cfg, w = self.cfg, self.layers[layer]
         xn = rms_norm(x, 1.0)
         qr = rms_norm(xn @ w.wq_a, w.q_norm)
@@ -174,7 +183,7 @@ class IndexerModel:
         if cfg.rotate:
             q, k = q @ self.rotation, k @ self.rotation
         weights = (xn @ w.weights_proj) * (cfg.num_heads ** -0.5 * cfg.softmax_scale)
-        return q.to(torch.bfloat16), k.to(torch.bfloat16), weights.float().contiguous()
+        return q, k, weights.float().contiguous()
 
 
 def reference_logits(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, positions: torch.Tensor):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hw._cache_view import bytes_per_token, resolve_layout
+from hw._cache_view import PAGE_SIZES, bytes_per_token, check_head_dim, resolve_layout
 from hw._checks import PAGE_STRIDE_ALIGN
 
 UNUSED_FILL = 0xFF   # fresh pools are NaN-poisoned: a read of an unwritten page shows up as NaN, never as 0
@@ -34,7 +34,12 @@ def cache_bytes_per_token(kv_dtype: str, head_dim: int) -> int:
 
 @dataclass(frozen=True)
 class PoolLayout:
-    """Byte geometry of a pool (no tensor): see the module docstring."""
+    """Byte geometry of a pool (no tensor): see the module docstring.
+
+    kv_dtype "fp8" | "mxfp4"; layout None (the kv_dtype's planar layout) | "fp8" | "mxfp4" | "mxfp4_tiled";
+    page_size P in 16/32/64/128/256; head_dim D a multiple of 32 in 32..256 (of 128 for mxfp4_tiled).
+    ValueError names the field on anything else.
+    """
 
     kv_dtype: str
     layout: str
@@ -51,6 +56,10 @@ class PoolLayout:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        # DESIGN §2's page sizes are multiples of 16, so every layer's page (and view offset) stays 16-byte aligned
+        if self.page_size not in PAGE_SIZES:
+            raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size}")
+        check_head_dim("head_dim", self.head_dim, self.layout)
         if self.extra_bytes_per_page < 0 or self.extra_bytes_per_page % PAGE_STRIDE_ALIGN:
             raise ValueError(f"extra_bytes_per_page must be a non-negative multiple of {PAGE_STRIDE_ALIGN} "
                              f"(view offsets are 16-byte aligned), got {self.extra_bytes_per_page}")
@@ -98,5 +107,6 @@ class IndexerPool:
                            for l in range(layout.num_layers))
 
     def view(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s kv_cache view (see the class docstring); ValueError if layer is out of range."""
         self.layout.view_offset(layer)   # range check with a clear message
         return self.views[layer]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 import hw
+from hw._checks import check_tensor
 
 CPU_NUM_PROGRAMS = 4   # the interpreter runs programs one after another: a few programs keep the grid cheap
 # Programs per SM/CU of the persistent decode grid. H200, B64/H32/D128/ctx 8192 FP8 decode: 83 us with 132
@@ -62,11 +63,12 @@ class DecodeSchedule:
         self.num_updates = 0
 
     def update(self, context_lens: torch.Tensor | None = None) -> None:
-        """Copy this step's context lengths into the buffer (if given) and recompute the metadata from it."""
+        """Copy this step's context lengths (int32 [batch_size], on the schedule's device) into the buffer, if
+        given, and recompute the metadata from the buffer. ValueError on a wrong dtype, shape or device."""
         if context_lens is not None:
-            if tuple(context_lens.shape) != (self.batch_size,):
-                raise ValueError(f"context_lens must have shape [{self.batch_size}] (the schedule's fixed batch), "
-                                 f"got {list(context_lens.shape)}")
+            # host-side checks only (legal in capture): int32 [batch_size] on the schedule's device
+            check_tensor("context_lens", context_lens, dtypes=torch.int32, shape=(self.batch_size,),
+                         device=self.context_lens.device)
             self.context_lens.copy_(context_lens)
         self.schedule_meta.copy_(
             hw.get_paged_mqa_logits_metadata(self.context_lens, self.page_size, self.num_sms))

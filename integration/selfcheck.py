@@ -13,7 +13,9 @@ will run the model:
                hw.fp8_fp4_mqa_logits (ragged ranges)          within the bound of sim.scorer.prefill_logits
 
 run_self_check returns None when everything agrees, else the first disagreement (or the error a kernel raised).
-Results are cached per (layout, scale rule, geometry, device): the check runs once per process.
+Results are cached per (layout, scale rule, geometry, device) -- the device with its index, so "cuda" and
+"cuda:0" share one entry: the check runs once per process. A kernel that raises fails the check (its reason
+names the exception), it never propagates.
 """
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ _results: dict[tuple, str | None] = {}
 def run_self_check(config: IndexerConfig, geometry: IndexerGeometry, device: torch.device | str) -> str | None:
     """None if the MXFP4 kernels agree with sim/ on the tiny case, else the reason (cached per process)."""
     device = torch.device(device)
-    key = (config.resolved_layout, config.scale_rule, geometry, str(device))
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())   # "cuda" and "cuda:0" are one device
+    key = (config.resolved_layout, config.scale_rule, geometry, device)
     if key not in _results:
         try:
             _results[key] = _check(config, geometry, device)

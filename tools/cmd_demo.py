@@ -9,6 +9,7 @@ import time
 
 import click
 
+from .cmd_layout import BadInput
 from .runtime import choose_device
 
 DEMO_ATTENTION_CONFIG = '{"indexer_kv_dtype": "mxfp4"}'
@@ -38,7 +39,7 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
     try:
         device = choose_device(device)
     except RuntimeError as e:
-        raise click.UsageError(str(e)) from None
+        raise BadInput(str(e)) from None
     from integration.config import IndexerConfig   # after choose_device: imports hw
     from integration.demo import DemoSettings, format_report, run_demo
 
@@ -46,8 +47,8 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
         config = IndexerConfig.from_json(attention_config)
         settings = DemoSettings.for_device(device, layers=layers, prompt_len=prompt_len, decode_steps=decode_steps,
                                            num_heads=heads, top_k=top_k)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
+    except ValueError as e:        # one line, exit status 2, before any kernel runs
+        raise BadInput(str(e)) from None
     start = time.perf_counter()
 
     def progress(message: str) -> None:

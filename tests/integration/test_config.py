@@ -47,6 +47,8 @@ def test_scale_rules_are_sims():
     ('{"indexer_kv_dtype": "fp8", "indexer_scale_rule": "floor"}', 'with indexer_kv_dtype="fp8" leave them out'),
     ('{"indexer_kv_dtype": "mxfp4", "scale_rule": "floor", "indexer_scale_rule": "even"}', "not both"),
     ('{"indexer_kv_dtype": "mxfp4", "scale_rule": "nearest"}', r"indexer_scale_rule must be one of"),
+    # json.loads would keep the last of two equal keys silently
+    ('{"indexer_kv_dtype": "mxfp4", "indexer_kv_dtype": "fp8"}', r"key 'indexer_kv_dtype' is given twice"),
 ])
 def test_rejections_name_the_choices(text, message):
     with pytest.raises(ValueError, match=message):

@@ -52,7 +52,10 @@ def test_defaults_and_settings():
     assert cpu.resolved_top_k < cpu.prompt_len and gpu.resolved_top_k == 2048 and gpu.prompt_len >= 8192
     assert DemoSettings.for_device("cpu", layers=3, prompt_len=None).layers == 3
     assert (default_top_k(1024), default_top_k(8192), default_top_k(5)) == (64, 2048, 1)
-    for bad in (dict(layers=0), dict(decode_steps=-1), dict(top_k=0)):
+    for bad in (dict(layers=0), dict(decode_steps=-1)):
         with pytest.raises(ValueError, match="must be >= "):
             DemoSettings(**bad)
+    for top_k in (0, 2049):            # hw.top_k_per_row's range
+        with pytest.raises(ValueError, match=f"top_k must be in 1..2048, got {top_k}"):
+            DemoSettings(top_k=top_k)
     assert math.isnan(VariantResult(True).recall())

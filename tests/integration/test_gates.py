@@ -5,6 +5,7 @@ import logging
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from integration.config import IndexerConfig
 from integration.gates import GATES, IndexerGeometry, Platform, decide, parse_version
@@ -47,8 +48,13 @@ FALLBACKS = [
                  Platform("cpu", "cpu", "3.7.1", True)),
     FallbackCase("tiled-head-dim", "geometry", "multiple of 128, got 64", config=TILED,
                  geometry=IndexerGeometry(8, 64, 64)),
-    FallbackCase("tiled-head-dim-96", "geometry", "multiple of 128, got 96", config=TILED,
-                 geometry=IndexerGeometry(8, 96, 16)),
+    FallbackCase("tiled-head-dim-32", "geometry", "multiple of 128, got 32", config=TILED,
+                 geometry=IndexerGeometry(8, 32, 16)),
+    FallbackCase("gfx90a", "architecture", "gfx90a is not supported", Platform("cuda", "gfx90a", "3.6.0", False)),
+    FallbackCase("mps", "architecture", "mps is not supported", Platform("mps", "mps", "3.6.0", False)),
+    FallbackCase("xpu", "architecture", "xpu is not supported", Platform("xpu", "xpu", "3.6.0", False)),
+    FallbackCase("unparsable-triton", "triton", "ValueError: cannot parse a version from 'main'",
+                 Platform("cuda", "sm_90", "main", False)),
     FallbackCase("self-check", "self_check", "q codes differ from sim", self_check_reason="q codes differ from sim"),
 ]
 
@@ -65,6 +71,18 @@ def test_each_gate_forces_the_fp8_fallback(case: FallbackCase, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         f"MXFP4 indexer disabled by the {case.gate} gate: {decision.reason}; falling back to FP8"]
     assert case.gate in decision.describe() and decision.reason in decision.describe()
+
+
+def test_a_self_check_that_raises_falls_back(caplog):
+    """An exception in the self-check (or in importing it) is a failed gate, not a crash of the model."""
+    def broken(config, geometry, device):
+        raise RuntimeError("no kernel binary")
+
+    with caplog.at_level(logging.WARNING, logger="integration.gates"):
+        decision = _decide(self_check=broken)
+    assert (decision.failed_gate, decision.kv_dtype) == ("self_check", "fp8")
+    assert decision.reason == "RuntimeError: no kernel binary"
+    assert len(caplog.records) == 1 and "self_check gate" in caplog.records[0].getMessage()
 
 
 @pytest.mark.parametrize("platform", [GFX950, Platform("cuda", "sm_90", "3.3.0", False),
@@ -106,12 +124,18 @@ def test_fp8_requested_runs_no_gate(caplog):
 
 
 def test_platform_detect_on_the_cpu(monkeypatch):
+    """`interpreter` says how hw's kernels were defined: TRITON_INTERPRET changed after hw was imported does not
+    change what the kernels can run on."""
     import triton
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert Platform.detect("cpu") == Platform("cpu", "cpu", triton.__version__, True)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not Platform.detect("cpu").interpreter
+    from hw._checks import kernels_interpreted
+    from hw.quant import q_quant_mxfp4_kernel
+
+    defined_interpreted = kernels_interpreted(q_quant_mxfp4_kernel)
+    for setting in ("1", "0"):
+        monkeypatch.setenv("TRITON_INTERPRET", setting)
+        assert Platform.detect("cpu") == Platform("cpu", "cpu", triton.__version__, defined_interpreted)
+    assert Platform.detect("cpu").interpreter == (not torch.cuda.is_available())   # conftest's choice
 
 
 def test_parse_version():
@@ -126,6 +150,9 @@ def test_parse_version():
     (dict(num_heads=8, head_dim=48, page_size=64), "head dim must be a multiple of 32"),
     (dict(num_heads=8, head_dim=288, page_size=64), "head dim must be a multiple of 32"),
     (dict(num_heads=8, head_dim=128, page_size=48), "page_size must be one of"),
+    # multiples of 32 that no scorer tiles (their tiles take powers of two): an error, not an FP8 fallback
+    (dict(num_heads=8, head_dim=96, page_size=64), r"power-of-two head dim \(32, 64, 128 or 256\), got 96"),
+    (dict(num_heads=8, head_dim=192, page_size=64), "power-of-two head dim"),
 ])
 def test_geometry_no_format_supports_is_an_error(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -163,9 +163,97 @@ def test_hook_rejects_bad_inputs(device):
         hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[:1], bt[:, :1], schedule))
     with pytest.raises(ValueError, match="built for page size 16 and max_context_len 64; this layer has 16 and 32"):
         hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[:1], bt, DecodeSchedule(1, 2, case.page_size, 64, device)))
-    with pytest.raises(ValueError, match="top_k and max_context_len must be positive"):
+    with pytest.raises(ValueError, match="top_k must be an int in 1..2048, got 0"):
         SparseIndexer(_decision(case), hook.kv_cache, top_k=0, max_context_len=32)
+    with pytest.raises(ValueError, match="top_k must be an int in 1..2048, got 2049"):
+        SparseIndexer(_decision(case), hook.kv_cache, top_k=2049, max_context_len=4096)
+    with pytest.raises(ValueError, match="max_context_len must be a positive int, got 0"):
+        SparseIndexer(_decision(case), hook.kv_cache, top_k=4, max_context_len=0)
 
+
+@dataclass(frozen=True)
+class Rejection:
+    """One bad prefill or decode input; the hook must raise before it writes the cache."""
+
+    name: str
+    message: str
+    q: object = None            # callables (q, k, w, slots, bt) -> the replaced argument; None keeps it
+    k: object = None
+    w: object = None
+    slots: object = None
+    bt: object = None
+    decode: bool = False
+
+    def __str__(self):
+        return self.name
+
+
+REJECTIONS = [
+    Rejection("q-on-another-device", "q is on meta, expected", q=lambda t: t.to("meta")),
+    Rejection("k-on-another-device", "k is on meta, expected", k=lambda t: t.to("meta")),
+    Rejection("weights-on-another-device", "weights is on meta, expected", w=lambda t: t.to("meta")),
+    Rejection("slots-on-another-device", "slot_mapping is on meta, expected", slots=lambda t: t.to("meta")),
+    Rejection("block-table-int64", "block_table must have dtype torch.int32", bt=lambda t: t.long()),
+    Rejection("block-table-1d", "block_table must be 2-D", bt=lambda t: t[0]),
+    Rejection("block-table-on-another-device", "block_table is on meta, expected", bt=lambda t: t.to("meta")),
+    Rejection("block-table-too-short", r"request 0 has 40 tokens but block_table's 2 pages of 16 tokens cover "
+              r"only 32; widen block_table", bt=lambda t: t[:, :2]),
+    Rejection("decode-block-table-on-another-device", "block_table is on meta, expected",
+              bt=lambda t: t.to("meta"), decode=True),
+    Rejection("decode-slots-on-another-device", "slot_mapping is on meta, expected",
+              slots=lambda t: t.to("meta"), decode=True),
+]
+
+
+@pytest.mark.parametrize("case", REJECTIONS, ids=str)
+def test_hook_rejects_before_writing_the_cache(case: Rejection, device):
+    hook_case = CASES[1]
+    page, dim, heads = hook_case.page_size, hook_case.head_dim, hook_case.heads
+    pool = IndexerPool(PoolLayout("mxfp4", None, 1, NUM_PAGES, page, dim), device)
+    hook = SparseIndexer(_decision(hook_case), pool.view(0), top_k=4, max_context_len=3 * page)
+    rows = 1 if case.decode else 40
+    gen = torch.Generator().manual_seed(5)
+    args = dict(q=torch.randn(rows, heads, dim, generator=gen).to(torch.bfloat16).to(device),
+                k=torch.randn(rows, dim, generator=gen).to(torch.bfloat16).to(device),
+                w=torch.randn(rows, heads, generator=gen).to(device),
+                slots=torch.arange(rows, device=device),
+                bt=torch.tensor([[0, 1, 2]], dtype=torch.int32, device=device))
+    args = {name: getattr(case, name)(value) if getattr(case, name) else value for name, value in args.items()}
+    schedule = DecodeSchedule(1, 3, page, 3 * page, device)
+    schedule.update(torch.tensor([rows], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match=case.message):     # from the metadata or from the hook
+        meta = (DecodeMetadata(args["slots"], args["bt"], schedule) if case.decode
+                else PrefillMetadata(args["slots"], args["bt"], (rows,), (rows,)))
+        hook(args["q"], args["k"], args["w"], meta)
+    assert bool((pool.pool == 0xFF).all()), "the hook wrote the cache before rejecting its input"
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_validate_mode_rejects_slots_past_the_cache(how, device, monkeypatch):
+    """Slots past the cache are skipped by the writer in the hot path (checking needs a sync); validate mode
+    (validate=True or MXIDX_VALIDATE=1) reports them, naming the first one, before anything is written."""
+    case = CASES[1]
+    pool = IndexerPool(PoolLayout("mxfp4", None, 1, NUM_PAGES, case.page_size, case.head_dim), device)
+    if how == "environment":
+        monkeypatch.setenv("MXIDX_VALIDATE", "1")
+    hook = SparseIndexer(_decision(case), pool.view(0), top_k=4, max_context_len=32, validate=how == "argument")
+    q = torch.zeros(3, case.heads, case.head_dim, dtype=torch.bfloat16, device=device)
+    k = torch.zeros(3, case.head_dim, dtype=torch.bfloat16, device=device)
+    w = torch.zeros(3, case.heads, device=device)
+    bt = torch.tensor([[0, 1]], dtype=torch.int32, device=device)
+    capacity = NUM_PAGES * case.page_size
+    slots = torch.tensor([0, capacity, -1], device=device)
+    with pytest.raises(ValueError, match=rf"slot_mapping\[1\] = {capacity} is past the cache's {capacity} slots"):
+        hook(q, k, w, PrefillMetadata(slots, bt, (3,), (3,)))
+    assert bool((pool.pool == 0xFF).all())
+    schedule = DecodeSchedule(1, 2, case.page_size, 32, device)
+    schedule.update(torch.tensor([1], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match=rf"slot_mapping\[0\] = {capacity + 5} is past"):
+        hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[1:2] + 5, bt, schedule))
+    # validate mode also checks the page ids the scorer reads (hw's validate mode)
+    with pytest.raises(ValueError, match=r"block_table\[0, 0\] = 99 is inside sequence 0's visible span"):
+        hook(q[:1], k[:1], w[:1], DecodeMetadata(slots[2:], torch.tensor([[99, 1]], dtype=torch.int32,
+                                                                          device=device), schedule))
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=str)

@@ -15,7 +15,11 @@ SMALL = ModelConfig(num_layers=2, hidden=64, q_lora_rank=32, num_heads=3, head_d
 @pytest.mark.parametrize("n", [1, 2, 32, 128])
 def test_hadamard_is_orthogonal_and_symmetric(n):
     h = hadamard_matrix(n, dtype=torch.float64)
-    torch.testing.assert_close(h @ h.T, torch.eye(n, dtype=torch.float64), rtol=0, atol=1e-15)
+    # entries are +-1/sqrt(n) rounded to float64 (relative u = 2^-53 each), and (|h| |h^T|)_ij = 1: the float64
+    # product is within gamma_(n + 2) of the identity
+    u = 2.0**-53
+    torch.testing.assert_close(h @ h.T, torch.eye(n, dtype=torch.float64), rtol=0,
+                               atol=(n + 2) * u / (1 - (n + 2) * u))
     assert torch.equal(h, h.T) and bool((h.abs() == 1 / math.sqrt(n)).all())
 
 
@@ -41,10 +45,18 @@ def test_rope_rotates_only_the_first_channels():
     def score(q_pos, k_pos):
         return float((apply_rope(q, torch.tensor([q_pos]), 16) * apply_rope(k, torch.tensor([k_pos]), 16)).sum())
 
-    # fp32 rotations: the two scores agree to a few ulps of |q| |k| (a relative test would fail near a zero score)
-    scale = float(q.norm() * k.norm())
-    assert abs(score(10, 3) - score(107, 100)) <= 1e-5 * scale
-    assert abs(score(10, 3) - score(10, 4)) > 1e-3 * scale      # ... and it does depend on the difference
+    # Both scores approximate the same exact value q . R(7) k. Per rotated component a*cos - b*sin: cos/sin rounded
+    # to fp32 from float64 angles (angle error <= pos * 2^-51), two products and a difference: error <=
+    # (gamma_4 + pos * 2^-51) (|a| + |b|), so |e_x|_2 <= e |x|_2 with e = 2 (gamma_4 + pos * 2^-51); the fp32
+    # sum of 16 products adds gamma_16 |R q| |R k|. Per score: (2 e + e^2 + gamma_16 (1 + e)^2) |q| |k|.
+    def gamma(n):
+        return n * 2.0**-24 / (1 - n * 2.0**-24)
+
+    e = 2 * (gamma(4) + 107 * 2.0**-51)
+    per_score = 2 * e + e * e + gamma(16) * (1 + e) ** 2
+    scale = float(q.double().norm() * k.double().norm())
+    assert abs(score(10, 3) - score(107, 100)) <= 2 * per_score * scale
+    assert abs(score(10, 3) - score(10, 4)) > 2 * per_score * scale     # ... and it does depend on the difference
 
 
 def test_indexer_inputs_shapes_and_dtypes():
@@ -56,20 +68,44 @@ def test_indexer_inputs_shapes_and_dtypes():
     assert model.embedding.shape == (50, 64) and len(model.layers) == 2
 
 
-def test_rotation_changes_the_inputs_not_the_scores():
+def test_rotation_is_applied_to_q_and_k_after_rope():
+    """The rotated inputs are exactly the unrotated (RoPE'd) fp32 ones times the Hadamard matrix, rounded to bf16
+    once; the weights do not depend on the rotation."""
     model = IndexerModel(SMALL, "cpu")
     tokens, positions = model.sample_tokens(12, seed=2), torch.arange(12)
     x = model.embed(tokens)
-    rotated = model.indexer_inputs(0, x, positions)
-    plain = model.with_rotation(False).indexer_inputs(0, x, positions)
+    plain = model.with_rotation(False).indexer_inputs_fp32(0, x, positions)
+    rotated = model.indexer_inputs_fp32(0, x, positions)
     assert model.cfg.rotate and not model.with_rotation(False).cfg.rotate
-    assert not torch.equal(rotated[0], plain[0])
-    torch.testing.assert_close(rotated[2], plain[2], rtol=0, atol=0)    # weights do not depend on the rotation
-    scores = [reference_logits(q, k, w, positions) for q, k, w in (rotated, plain)]
-    finite = torch.isfinite(scores[0])
-    assert torch.equal(finite, torch.isfinite(scores[1]))
-    # equal up to the bf16 rounding of q and k (2^-8 relative per element)
-    torch.testing.assert_close(scores[0][finite], scores[1][finite], rtol=0.05, atol=0.05)
+    assert torch.equal(rotated[0], plain[0] @ model.rotation) and torch.equal(rotated[1], plain[1] @ model.rotation)
+    assert torch.equal(rotated[2], plain[2])
+    q, k, w = model.indexer_inputs(0, x, positions)
+    assert torch.equal(q, rotated[0].bfloat16()) and torch.equal(k, rotated[1].bfloat16()) and w is not None
+
+
+def test_rotation_preserves_the_scores_within_the_fp32_bound():
+    """q.k is rotation-invariant in exact arithmetic; the fp32 product x @ R deviates from the exact x R by at most
+    gamma_D (|x| |R|) per element (gamma_D = D u / (1 - D u), u = 2^-24), which bounds the score change."""
+    model = IndexerModel(SMALL, "cpu")
+    tokens, positions = model.sample_tokens(12, seed=2), torch.arange(12)
+    x = model.embed(tokens)
+    q, k, _ = (t.double() for t in model.with_rotation(False).indexer_inputs_fp32(0, x, positions))
+    q_rot, k_rot, _ = (t.double() for t in model.indexer_inputs_fp32(0, x, positions))
+    d = SMALL.head_dim
+    gamma = d * 2.0**-24 / (1 - d * 2.0**-24)
+    r_abs = model.rotation.double().abs()
+    err_q, err_k = gamma * (q.abs() @ r_abs), gamma * (k.abs() @ r_abs)     # elementwise |fl(x @ R) - x R|
+    exact_q, exact_k = q.abs() @ r_abs, k.abs() @ r_abs                      # bounds of |x R| elementwise
+    got = torch.einsum("thd,sd->ths", q_rot, k_rot)
+    want = torch.einsum("thd,sd->ths", q, k)
+    bound = (torch.einsum("thd,sd->ths", err_q, exact_k) + torch.einsum("thd,sd->ths", exact_q, err_k)
+             + torch.einsum("thd,sd->ths", err_q, err_k))
+    # the float64 evaluation of the two dot products adds at most gamma_D(2^-53) of their absolute sums
+    bound += 2 * d * 2.0**-53 * torch.einsum("thd,sd->ths", exact_q + err_q, exact_k + err_k)
+    assert not torch.equal(q_rot, q)
+    excess = (got - want).abs() - bound
+    worst = int(excess.argmax())
+    assert float(excess.max()) <= 0, f"score {worst}: |rotated - plain| exceeds the bound by {float(excess.max())}"
 
 
 def test_reference_logits_match_the_definition():

@@ -75,7 +75,7 @@ def test_buffers_are_fixed_and_match_hw_and_sim(next_n, device):
         np.testing.assert_array_equal(schedule.row_lengths.cpu().numpy(), want)
 
 
-@pytest.mark.parametrize("batch", [31, 32, 33, 64])
+@pytest.mark.parametrize("batch", [31, 32, 33, 64, 65])
 def test_all_zero_contexts_give_empty_work(batch, device):
     schedule = DecodeSchedule(batch, 2, PAGE, 2 * PAGE, device, num_sms=4)
     schedule.update(torch.zeros(batch, dtype=torch.int32, device=device))
@@ -85,7 +85,7 @@ def test_all_zero_contexts_give_empty_work(batch, device):
 
 
 @pytest.mark.interp
-@pytest.mark.parametrize("batch", [32, 33])
+@pytest.mark.parametrize("batch", [31, 32, 33, 64, 65])
 def test_decode_with_all_zero_contexts_selects_nothing(batch, device):
     hooks = _hooks(device, batch, 2, 2 * PAGE)
     schedule = DecodeSchedule(batch, 1, PAGE, 2 * PAGE, device, num_sms=4)
@@ -104,3 +104,8 @@ def test_rejections(device):
     schedule = DecodeSchedule(2, 2, PAGE, 32, device)
     with pytest.raises(ValueError, match=r"context_lens must have shape \[2\]"):
         schedule.update(torch.zeros(3, dtype=torch.int32, device=device))
+    # an int64 copy would be converted silently, a host tensor copied by a capture-illegal transfer: both rejected
+    with pytest.raises(ValueError, match="context_lens must have dtype torch.int32, got torch.int64"):
+        schedule.update(torch.zeros(2, dtype=torch.int64, device=device))
+    with pytest.raises(ValueError, match=f"context_lens is on meta, expected {device}"):
+        schedule.update(torch.zeros(2, dtype=torch.int32, device="meta"))

@@ -77,3 +77,23 @@ def test_a_wrong_logit_fails_the_gate(device, fresh_cache, monkeypatch):
     monkeypatch.setattr(hw, "fp8_fp4_mqa_logits", nudged)
     reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device)
     assert reason.startswith("hw.fp8_fp4_mqa_logits outside the fp32 bound") and "first violation at (1, " in reason
+
+
+def test_cached_per_device_not_per_spelling(fresh_cache, monkeypatch):
+    """"cuda" and "cuda:0" name one device (when 0 is the current one): the check runs once for both."""
+    calls = []
+    monkeypatch.setattr(selfcheck, "_check", lambda config, geometry, device: calls.append(device))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for spelling in ("cuda", "cuda:0", torch.device("cuda", 0)):
+        assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, spelling) is None
+    assert calls == [torch.device("cuda", 0)]
+    selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, "cuda:1")       # another device checks again
+    selfcheck.run_self_check(IndexerConfig("mxfp4", scale_rule="floor"), GEOMETRY, "cuda:0")  # another config
+    assert calls == [torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cuda", 0)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_device_that_is_not_there_fails_the_check(fresh_cache):
+    reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, "cuda")
+    assert reason is not None and "while running the MXFP4 kernels" in reason

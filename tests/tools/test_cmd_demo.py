@@ -34,7 +34,22 @@ def test_demo_tiny_run():
 @pytest.mark.parametrize("args, message", [
     (["--attention-config", '{"indexer_kv_dtype": "int4"}'], "indexer_kv_dtype must be one of ['fp8', 'mxfp4']"),
     (["--attention-config", "mxfp4"], "is not valid JSON"),
-    (["--attention-config", '{"dtype": "mxfp4"}'], "valid keys are ['indexer_kv_dtype'"),
+    (["--attention-config", '{"dtype": "mxfp4"}'], "valid keys are ['indexer_kv_dtype', 'indexer_layout', "
+     "'indexer_scale_rule', 'scale_rule']"),
+    (["--attention-config", '{"indexer_kv_dtype": "mxfp4",\n "indexer_layout": "tiled"}'],
+     "indexer_layout must be one of ['mxfp4', 'mxfp4_tiled'], got 'tiled'"),
+    (["--top-k", "4096"], "top_k must be in 1..2048, got 4096"),
+])
+def test_bad_settings_exit_2_with_one_line(args, message):
+    """Errors in the indexer config or the demo settings: exit 2, one line (no usage block, no traceback), before
+    any kernel runs."""
+    result = CliRunner().invoke(main, ["demo", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], result.output
+
+
+@pytest.mark.parametrize("args, message", [
     (["--layers", "0"], "0 is not in the range x>=1"),
     (["--device", "tpu"], "'tpu' is not one of 'auto', 'cuda', 'cpu'"),
 ])
