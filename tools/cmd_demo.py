@@ -9,8 +9,7 @@ import time
 
 import click
 
-from .cmd_layout import BadInput
-from .runtime import choose_device
+from .runtime import BadInput, choose_device
 
 DEMO_ATTENTION_CONFIG = '{"indexer_kv_dtype": "mxfp4"}'
 

@@ -17,17 +17,13 @@ from sim.addressing import INT31, UINT32, boundary_report
 from sim.layout import KV_DTYPES, LAYOUTS, PageGeometry, page_regions, scale_offset, value_offset
 from sim.verify import verify_cache
 
-EXIT_HAZARDS, EXIT_BAD_INPUT = 1, 2
+from .runtime import BadInput
+
+EXIT_HAZARDS = 1
 _PROGRESS_STEPS = 1000
 _BOUNDARY_NOTES = {INT31: "int32 byte offsets wrap negative from here",
                    UINT32: "32-bit (buffer) offsets wrap from here"}
 _DEFAULT_NOTE = "first failing offset reported in production"
-
-
-class BadInput(click.ClickException):
-    """One-line error, exit status 2."""
-
-    exit_code = EXIT_BAD_INPUT
 
 
 def _load_cache(path: str):

@@ -1,4 +1,4 @@
-"""Device choice for commands that run kernels.
+"""Shared pieces of the commands: the bad-input error, and the device choice for commands that run kernels.
 
 TRITON_INTERPRET is read when kernels are defined, so a command decides the device *before* importing hw/:
 the GPU when one is present, else the CPU through the Triton interpreter.
@@ -6,6 +6,16 @@ the GPU when one is present, else the CPU through the Triton interpreter.
 from __future__ import annotations
 
 import os
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    """A command's one-line error for bad arguments or files: `Error: ...`, exit status 2, no traceback."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def choose_device(requested: str | None = None) -> str:
