@@ -54,7 +54,7 @@ def paged_logits_kernel(
 
     A step scores up to PAGES_PER_STEP consecutive items (pages) of one sequence inside the program's run, as one
     [N_PAD * H_PAD, PAGES_PER_STEP * P] tile, so that several pages' loads are in flight at once."""
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)
     r = tl.load(sched_ptr + 2 * pid)
     c = tl.load(sched_ptr + 2 * pid + 1)
     r_end = tl.load(sched_ptr + 2 * pid + 2)
@@ -70,6 +70,8 @@ def paged_logits_kernel(
     t_in = t % P                              # its page-local token
     if KV_FORMAT == KV_MXFP4:
         if TILED:   # DESIGN §2 mxfp4_tiled: block g of all P tokens is contiguous (16 bytes a token)
+            tl.static_assert((D // 128) * 128 == D, "mxfp4_tiled needs D % 128 == 0")
+            tl.static_assert((P // TILE_TOKEN_LANES) * TILE_TOKEN_LANES == P, "mxfp4_tiled needs P % 4 == 0")
             k_loc_v = t_in * 16
             k_blk_v = P * 16
             k_loc_s = (t_in % (P // TILE_TOKEN_LANES)) * TILE_TOKEN_LANES + t_in // (P // TILE_TOKEN_LANES)
