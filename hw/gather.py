@@ -13,7 +13,7 @@ import triton
 
 from ._cache_view import HEAD_DIMS, LAYOUTS, bytes_per_token, check_cache_view, check_pages_in_span
 from ._checks import (FP8_DTYPE, MX_BLOCK, check_int, check_kernel_device, check_same_device, check_tensor,
-                      validate_requested)
+                      stream_capturing, validate_requested)
 from ._gather_details import BLOCK_B, BLOCK_T, NUM_WARPS
 from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
 
@@ -92,6 +92,9 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     kernel = gather_fp8_kernel if kv_format == "fp8" else gather_mxfp4_kernel
     check_kernel_device("kv_cache", device, kernel)
     if num_tokens is None:
+        if stream_capturing():
+            raise ValueError("num_tokens: pass it (the total of cu_seq_lens) when capturing a CUDA graph; without it "
+                             "the launcher reads cu_seq_lens[-1], a device-to-host sync that capture forbids")
         num_tokens = int(cu_seq_lens[-1].item())
     check_int("num_tokens", num_tokens, 0)
     if validate:

@@ -25,8 +25,6 @@ E2M1_VALUES = np.array(E2M1_MAGNITUDES + tuple(-m for m in E2M1_MAGNITUDES), dty
 E8M0_BIAS = 127                    # byte b means 2^(b - 127)
 E8M0_NAN = 0xFF                    # 255: the block decodes as NaN
 E8M0_MAX_FINITE = 254              # 2^127
-E8M0_MIN_EXP = -E8M0_BIAS          # byte 0 = 2^-127
-E8M0_MAX_EXP = E8M0_MAX_FINITE - E8M0_BIAS  # 127
 
 # ---------------------------------------------------------------------------------------------- MXFP4 block
 MX_BLOCK = 32                      # elements per E8M0 scale, along the head dimension

@@ -10,7 +10,7 @@ import torch
 
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ["TRITON_INTERPRET"] = "1"   # set, not setdefault: an inherited TRITON_INTERPRET=0 would break every kernel test
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ class BadInput(click.ClickException):
 
 
 def choose_device(requested: str | None = None) -> str:
-    """Return "cuda" or "cpu" and set TRITON_INTERPRET=1 for the CPU. Call before the first `import hw`."""
+    """Return "cuda" or "cpu" and set TRITON_INTERPRET to match (1 for the CPU; removed for the GPU, so a stale
+    TRITON_INTERPRET=1 in the environment cannot put GPU runs on the interpreter). Call before the first `import hw`."""
     import torch
 
     if requested in (None, "auto"):
@@ -30,4 +31,6 @@ def choose_device(requested: str | None = None) -> str:
         raise RuntimeError(f"--device must be auto, cuda or cpu, got {requested!r}")
     if requested == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
     return requested

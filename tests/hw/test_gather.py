@@ -211,6 +211,22 @@ def test_gather_rows_before_cu_seq_lens_start_read_zero(device):
     assert_exact(scales[2:], want_scales, "scales after the offset start")
 
 
+def test_gather_without_num_tokens_is_refused_under_capture(device, monkeypatch):
+    """Reading cu_seq_lens[-1] is a sync: under CUDA-graph capture the launcher asks for num_tokens instead."""
+    import hw.gather
+
+    case = CASES[2]
+    pool = host_to_device(random_pool(case.geom, np.random.default_rng(0)), device)
+    table = torch.from_numpy(_block_table(case, np.random.default_rng(1))).to(device)
+    cu = torch.from_numpy(_cu(case.seq_lens).astype(np.int32)).to(device)
+    monkeypatch.setattr(hw.gather, "stream_capturing", lambda: True)
+    with pytest.raises(ValueError, match="num_tokens: pass it"):
+        hw.cp_gather_indexer_k_quant_cache(torch_cache_view(pool, case.geom), table, cu, layout=case.layout)
+    values, _ = hw.cp_gather_indexer_k_quant_cache(torch_cache_view(pool, case.geom), table, cu, layout=case.layout,
+                                                   num_tokens=int(_cu(case.seq_lens)[-1]))
+    assert values.shape[0] == sum(case.seq_lens)
+
+
 def test_gather_empty(device):
     case = CASES[2]
     pool = host_to_device(random_pool(case.geom, np.random.default_rng(0)), device)
