@@ -3,7 +3,8 @@
 All outputs are byte-exact against sim/ (sim.mxfp4.quantize, sim.fp8.quantize, sim.layout.write_tokens) for the
 canonical writer: E8M0 scales by the chosen rule with min scale byte 1, elements round-to-nearest-even, FP8
 per-row scales 2^k. Launchers check arguments on the host only (no device sync: legal in CUDA-graph capture) and
-raise ValueError naming the argument.
+raise ValueError naming the argument; the writer's opt-in validate mode (validate=True or MXIDX_VALIDATE=1) also
+checks slot_mapping's values, with a device sync.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import triton
 
 from ._cache_view import check_cache_view, check_head_dim
 from ._checks import (FP8_DTYPE, MX_BLOCK, check_int32_extent, check_kernel_device, check_same_device,
-                      check_tensor)
+                      check_tensor, validate_requested)
 from ._quant_details import BLOCK_T, NUM_WARPS, codecs
 from ._quant_details.kernels import (k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel,
                                      q_quant_mxfp4_kernel)
@@ -51,9 +52,18 @@ def _rows_view(name: str, x: torch.Tensor) -> torch.Tensor:
     return rows
 
 
+def _validate_slots(slot_mapping: torch.Tensor, num_slots: int) -> None:
+    """Validate mode (device syncs): every slot is negative (skip) or below num_slots = num_pages * P."""
+    past = slot_mapping >= num_slots
+    if bool(past.any()):
+        i = int(torch.nonzero(past)[0, 0])
+        raise ValueError(f"slot_mapping[{i}] = {int(slot_mapping[i])} is past the cache's num_pages * P = "
+                         f"{num_slots} slots; pass a slot below {num_slots}, or a negative one to skip the token")
+
+
 def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                               kv_dtype: str = "fp8", layout: str | None = None,
-                              scale_rule: str = CANONICAL_SCALE_RULE) -> None:
+                              scale_rule: str = CANONICAL_SCALE_RULE, *, validate: bool = False) -> None:
     """Quantize K rows and write each into its cache slot, in place (vLLM's indexer_k_quant_and_cache).
 
     k:            [T, D] bf16/fp16/fp32, any strides ((D - 1) * stride(1) < 2^31: column offsets are 32-bit);
@@ -61,13 +71,16 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     kv_cache:     uint8 [num_pages, P, 1, bytes_per_token] view (hw/_cache_view.py): stride(0) is the page stride S
                   (multiple of 16, >= P * bytes_per_token), any view offset that is a multiple of 16.
     slot_mapping: int64 [T], any stride. Token i goes to page slot // P, token slot % P. A negative slot skips the
-                  token; a slot >= num_pages * P is also skipped (never written outside the view; these are not
-                  checked on the host, which would need a device sync). Slots should be distinct: when one repeats,
-                  which of its tokens lands is unspecified (sim.layout.write_tokens keeps the last).
+                  token. A slot >= num_pages * P is invalid: validate mode rejects it; the hot path does not read
+                  slot values on the host (that would need a device sync) and skips it (never written outside the
+                  view). Slots should be distinct: when one repeats, which of its tokens lands is unspecified
+                  (sim.layout.write_tokens keeps the last).
     kv_dtype:     "fp8" (bytes_per_token D + 4) or "mxfp4" (D/2 + D/32).
     layout:       None (the kv_dtype's planar layout), "fp8", "mxfp4" or "mxfp4_tiled" (DESIGN §2).
     scale_rule:   mxfp4 E8M0 rule "rceil" (canonical), "floor", "even" or "ceil"; fp8 takes only the default
                   (its scale is always the smallest 2^k with 448 * 2^k >= max(amax, 1e-4)).
+    validate:     keyword-only. True (or MXIDX_VALIDATE=1) checks, with a device sync, that no slot is >= num_pages
+                  * P (ValueError naming the first one); not allowed during CUDA-graph capture.
 
     Page bytes written per token (everything else in the pool is left untouched):
       fp8:          values e4m3fn at t*D + d; fp32 scale as 4 little-endian bytes at P*D + 4t.
@@ -87,10 +100,13 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     if view.kv_format == "fp8" and rule != SCALE_RULE_IDS[CANONICAL_SCALE_RULE]:
         raise ValueError(f"scale_rule applies to mxfp4 only; fp8 K scales have one definition (leave scale_rule "
                          f"at {CANONICAL_SCALE_RULE!r}), got {scale_rule!r}")
+    num_slots = view.num_pages * view.page_size
+    if validate_requested(validate):
+        _validate_slots(slot_mapping, num_slots)
     if num_tokens == 0:
         return
     grid = (triton.cdiv(num_tokens, BLOCK_T),)
-    common = (k, kv_cache, slot_mapping, num_tokens, view.num_pages * view.page_size, view.page_stride,
+    common = (k, kv_cache, slot_mapping, num_tokens, num_slots, view.page_stride,
               *k.stride(), slot_mapping.stride(0))
     d_pad = triton.next_power_of_2(head_dim)
     if view.kv_format == "fp8":

@@ -14,6 +14,21 @@ from .page_offsets import fp8_scale_offsets, fp8_value_offsets, mxfp4_scale_offs
 
 MX_BLOCK = tl.constexpr(32)
 SCALE_BYTES = tl.constexpr(4)  # an fp32 scale, stored as 4 little-endian bytes
+BF16_SHIFT = tl.constexpr(16)       # a bf16 is the high half of the fp32 with the same value
+BF16_BITS_MASK = tl.constexpr(0xFFFF)
+
+
+@triton.jit
+def to_f32(x):
+    """bf16/fp16/fp32 tensor -> the same values in fp32, exactly (subnormals included) on every backend.
+
+    bf16 is the top 16 bits of an fp32, so its widening is a pure bit operation (what a GPU's value cast does too);
+    it is done on the bits because the Triton interpreter's bf16 -> fp32 cast flushes bf16 subnormals to zero.
+    """
+    if x.dtype == tl.bfloat16:
+        bits = x.to(tl.int16, bitcast=True).to(tl.int32) & BF16_BITS_MASK  # zero-extend the 16 bits
+        return (bits << BF16_SHIFT).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -23,11 +38,7 @@ def _load_rows(x_ptr, rows, mask, stride_r, stride_c, D: tl.constexpr, D_PAD: tl
     tl.static_assert(D_PAD >= D, "D_PAD must be next_power_of_2(D)")
     d = tl.arange(0, D_PAD)
     m = mask[:, None] & (d < D)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * stride_r + d[None, :] * stride_c, mask=m, other=0.0)
-    if x.dtype == tl.bfloat16:
-        # bf16 is the top half of an fp32: widen the bits (the interpreter's bf16 -> fp32 cast flushes subnormals).
-        return ((x.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-    return x.to(tl.float32)
+    return to_f32(tl.load(x_ptr + rows[:, None] * stride_r + d[None, :] * stride_c, mask=m, other=0.0))
 
 
 @triton.jit
@@ -110,5 +121,5 @@ def q_quant_fp8_kernel(q_ptr, w_ptr, values_ptr, w_out_ptr, num_rows, stride_qr,
     d = tl.arange(0, D_PAD)
     tl.store(values_ptr + rows[:, None] * D + d[None, :], values.to(tl.uint8),
              mask=live[:, None] & (d < D)[None, :])
-    w = tl.load(w_ptr + rows * stride_w, mask=live, other=0.0).to(tl.float32)
+    w = to_f32(tl.load(w_ptr + rows * stride_w, mask=live, other=0.0))
     tl.store(w_out_ptr + rows, w * scale_bits.to(tl.float32, bitcast=True), mask=live)

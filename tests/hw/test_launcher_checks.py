@@ -92,7 +92,7 @@ LAUNCHERS = (
              (("hw.logits", "paged_logits_kernel"),)),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in
-              ("cp_gather_indexer_k_quant_cache", "fp8_fp4_paged_mqa_logits")]
+              ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_paged_mqa_logits")]
 
 
 def _map_tensors(args: dict, fn) -> dict:

@@ -4,13 +4,16 @@ Runs on the CPU interpreter (tests/conftest.py) with tiny shapes, or on a GPU wh
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 import hw
+from hw._checks import VALIDATE_ENV
 import sim.fp8
 import sim.layout
 import sim.mxfp4
@@ -65,6 +68,59 @@ def test_quantize_q_fp8_matches_sim(case, device):
     assert values.dtype == hw._checks.FP8_DTYPE and folded.dtype == torch.float32
     assert_exact(values.view(torch.uint8).cpu().numpy(), want_values, "values")
     assert_exact(folded.cpu().numpy(), weights.numpy() * want_scales, "folded weights")
+
+
+@dataclass(frozen=True)
+class WeightCase:
+    dtype: str
+    values: tuple        # float64 literals, rounded to `dtype` (RNE) by a third-party codec, not by the kernel
+    subnormals: int      # how many of `values` must round to nonzero subnormals of `dtype` (guards the fixture)
+
+
+WEIGHT_CASES = [
+    # The reviewer's bf16 subnormals (once folded wrongly in the interpreter), bf16's smallest and largest
+    # subnormal, its smallest normal, -0.0, its largest finite value, Inf and NaN.
+    WeightCase("bf16", (1e-39, 3e-39, 5e-40, -2e-39, 2.0 ** -133, -(2.0 ** -126 - 2.0 ** -133), 2.0 ** -126, -0.0,
+                        3.3895313892515355e38, np.inf, np.nan, -1.5), subnormals=6),
+    WeightCase("fp16", (2.0 ** -24, -3e-6, 6e-5, 2.0 ** -14, -0.0, 65504.0, -np.inf, np.nan, 0.75), subnormals=3),
+]
+# Row maxima 2^e of q: the folded scale 2^k runs from 2^-22 (every subnormal weight underflows, rounded) to 2^93
+# (subnormal weights become normal).
+Q_ROW_EXPONENTS = (-40, -5, 0, 12, 100)
+
+
+def _weights_in(dtype: str, values) -> tuple[torch.Tensor, np.ndarray]:
+    """(weights as a torch tensor of `dtype`, the same values widened to float32 by ml_dtypes / numpy)."""
+    v = np.asarray(values, dtype=np.float32)
+    if dtype == "bf16":
+        narrow = v.astype(ml_dtypes.bfloat16)
+        return torch.from_numpy(narrow.view(np.uint16).copy()).view(torch.bfloat16), narrow.astype(np.float32)
+    narrow = v.astype(np.float16)
+    return torch.from_numpy(narrow.copy()), narrow.astype(np.float32)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")  # max weight * 2^93 -> inf
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=lambda c: c.dtype)
+def test_quantize_q_fp8_folds_narrow_weights_exactly(case, device):
+    """bf16/fp16 weights, subnormals included, fold to exactly fp32(weight) * 2^k (one rounding, of the product).
+
+    The expected values widen the weights with ml_dtypes (bf16) or numpy (fp16) and take 2^k from sim.fp8, so
+    nothing in them comes from the kernel. The interpreter's bf16 -> fp32 cast flushes subnormals; this is the
+    test that the kernel does not use it.
+    """
+    weights, w32 = _weights_in(case.dtype, case.values)
+    tiny = np.finfo(np.float32).tiny if case.dtype == "bf16" else np.finfo(np.float16).tiny
+    assert ((w32 != 0) & (np.abs(w32) < tiny)).sum() == case.subnormals, "the fixture lost its subnormal weights"
+    rng = np.random.default_rng(21)
+    rows, heads = len(Q_ROW_EXPONENTS), len(case.values)
+    q = rng.standard_normal((rows, heads, 32)) * np.exp2(np.array(Q_ROW_EXPONENTS, dtype=np.float64))[:, None, None]
+    q = q.astype(np.float32)
+    w_rows = weights.expand(rows, heads).contiguous()
+    values, folded = hw.quantize_q_fp8(torch.from_numpy(q).to(device), w_rows.to(device))
+    want_values, want_scales = sim.fp8.quantize(q)
+    assert_exact(values.view(torch.uint8).cpu().numpy(), want_values, "values")
+    assert_exact(folded.cpu().numpy(), w32[None, :] * want_scales, f"folded {case.dtype} weights",
+                 context=lambda i: f"weight {w32[i[1]]!r}, scale {want_scales[i]!r}")
 
 
 def test_quantizers_on_random_fp32_bit_patterns(device):
@@ -145,14 +201,16 @@ def _slots(rng, geom: PageGeometry, num_tokens: int) -> np.ndarray:
     return slots
 
 
-def _write_and_compare(case: CacheCase, device, slots: np.ndarray, k: torch.Tensor, hw_slots: np.ndarray):
+def _write_and_compare(case: CacheCase, device, slots: np.ndarray, k: torch.Tensor, hw_slots: np.ndarray,
+                       validate: bool = False):
     """Run the writer on a random-filled pool; compare every pool byte with sim's writer (slots: the sim's)."""
     geom = case.geom
     rng = np.random.default_rng(11)
     want = random_pool(geom, rng)
     pool = host_to_device(want, device)
     hw.indexer_k_quant_and_cache(k.to(device), torch_cache_view(pool, geom), torch.from_numpy(hw_slots).to(device),
-                                 kv_dtype=case.kv_dtype, layout=case.layout, scale_rule=case.scale_rule)
+                                 kv_dtype=case.kv_dtype, layout=case.layout, scale_rule=case.scale_rule,
+                                 validate=validate)
     values, scales = sim_quantize(case.kv_dtype, sim_input(k), case.scale_rule)
     sim.layout.write_tokens(want, geom, slots, values, scales)
     assert_exact(pool.cpu().numpy(), want, "pool bytes")
@@ -189,8 +247,11 @@ def test_k_quant_and_cache_strided_k_and_slots(device):
 
 
 @pytest.mark.parametrize("case", [CACHE_CASES[0], CACHE_CASES[7]], ids=["fp8", "mxfp4_tiled"])
-def test_k_quant_and_cache_skips_slots_past_the_view(case, device):
-    """Slots >= num_pages * P are not written (the hot path masks them; nothing outside the view changes)."""
+def test_k_quant_and_cache_skips_slots_past_the_view(case, device, monkeypatch):
+    """Without validation (the hot path: no device sync, legal in CUDA-graph capture) slots >= num_pages * P,
+    which are invalid, are not checked but skipped: the kernel masks them and nothing in or outside the view
+    changes for them. (Validate mode rejects them instead: test_writer_validate_rejects_slots_past_the_view.)"""
+    monkeypatch.delenv(VALIDATE_ENV, raising=False)
     rng = np.random.default_rng(9)
     geom = case.geom
     slots = _slots(rng, geom, case.num_tokens)
@@ -273,6 +334,57 @@ def test_writer_rejects_device_mismatch(device):
     args = _good_args(device)
     with pytest.raises(ValueError, match="share a device"):
         hw.indexer_k_quant_and_cache(**{**args, "slot_mapping": args["slot_mapping"].to("meta")})
+
+
+# ---------------------------------------------------------------------------------------------- writer validate mode
+PAST_SLOTS = [0, -5, 32, 40]   # _good_args' cache has 2 pages of 16 = 32 slots: entries 2 and 3 are past it
+PAST_MESSAGE = "slot_mapping[2] = 32 is past the cache's num_pages * P = 32 slots"
+
+
+def _request_validation(monkeypatch, via_env: bool) -> bool:
+    """Turn validate mode on through MXIDX_VALIDATE=1 (via_env) or not; returns the validate argument to pass."""
+    if via_env:
+        monkeypatch.setenv(VALIDATE_ENV, "1")
+    else:
+        monkeypatch.delenv(VALIDATE_ENV, raising=False)
+    return not via_env
+
+
+@pytest.mark.parametrize("via_env", [False, True], ids=["validate=True", "MXIDX_VALIDATE=1"])
+def test_writer_validate_rejects_slots_past_the_view(via_env, device, monkeypatch):
+    """Validate mode names the first slot past the cache (a device sync) before anything is written."""
+    args = _good_args(device)
+    before = args["kv_cache"].clone()
+    args["slot_mapping"] = torch.tensor(PAST_SLOTS, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match=re.escape(PAST_MESSAGE)):
+        hw.indexer_k_quant_and_cache(**args, validate=_request_validation(monkeypatch, via_env))
+    assert torch.equal(args["kv_cache"].cpu(), before.cpu()), "a rejected call wrote into the cache"
+
+
+def test_writer_validate_rejects_past_slot_in_strided_mapping(device, monkeypatch):
+    """The index reported is slot_mapping's own (a strided view), not the underlying buffer's."""
+    monkeypatch.delenv(VALIDATE_ENV, raising=False)
+    args = _good_args(device)
+    buffer = torch.tensor([[0, 99], [1, 99], [-1, 99], [31, 99], [33, 99]], dtype=torch.int64, device=device)
+    args["k"] = torch.zeros(5, 64, device=device)
+    args["slot_mapping"] = buffer[:, 0]
+    with pytest.raises(ValueError, match=re.escape("slot_mapping[4] = 33 is past the cache's num_pages * P = 32")):
+        hw.indexer_k_quant_and_cache(**args, validate=True)
+
+
+@pytest.mark.parametrize("case", [CACHE_CASES[0], CACHE_CASES[7]], ids=["fp8", "mxfp4_tiled"])
+@pytest.mark.parametrize("via_env", [False, True], ids=["validate=True", "MXIDX_VALIDATE=1"])
+def test_writer_validate_accepts_good_slots(case, via_env, device, monkeypatch):
+    """Valid slots, negative (skip) ones and the last slot of the view included, pass validation and are written
+    exactly as without it."""
+    rng = np.random.default_rng(13)
+    slots = _slots(rng, case.geom, case.num_tokens)
+    last = case.geom.num_pages * case.geom.page_size - 1
+    if last not in slots:                          # keep the slots distinct
+        slots[np.flatnonzero(slots >= 0)[0]] = last
+    assert (slots < 0).any() and last in slots
+    _write_and_compare(case, device, slots, hostile_rows(rng, case.num_tokens, case.head_dim, "fp32"), slots,
+                       validate=_request_validation(monkeypatch, via_env))
 
 
 BAD_Q_ARGS = {

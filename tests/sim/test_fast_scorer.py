@@ -9,16 +9,7 @@ import numpy as np
 import pytest
 
 from sim import fast_scorer, scorer
-
-
-def assert_bit_identical(actual, expected):
-    """Same float64 bits everywhere (NaN where NaN), reporting the first differing coordinate and both values."""
-    a, e = np.asarray(actual), np.asarray(expected)
-    assert a.shape == e.shape and a.dtype == e.dtype == np.float64, (a.shape, a.dtype, e.shape, e.dtype)
-    same = (a.view(np.uint64) == e.view(np.uint64)) | (np.isnan(a) & np.isnan(e))
-    if not same.all():
-        at = tuple(int(i) for i in np.argwhere(~same)[0])
-        raise AssertionError(f"first difference at {at}: fast {a[at]!r}, reference {e[at]!r}")
+from tests.sim._assert import assert_exact
 
 
 def random_rows(rng, R, T, H, D, poison: bool):
@@ -47,7 +38,7 @@ def test_row_scorer_bit_identical(R, T, H, D, poison):
     actual = expected.copy()
     scorer.score_rows_numpy(q, k, w64, starts, ends, expected)
     fast_scorer.score_rows_numba(q, k, w64, starts, ends, actual)
-    assert_bit_identical(actual, expected)
+    assert_exact(actual, expected, "score_rows_numba vs score_rows_numpy")  # float64 both: the buffers above
     outside = ~scorer.visible_mask(ends, T + 3, starts=starts)
     assert (actual[outside] == 123.0).all()
     if poison:
@@ -62,7 +53,9 @@ def test_prefill_identical_with_strided_inputs(clean_logits):
     ks = rng.integers(0, 50, 12).astype(np.int32)
     ke = np.minimum(50, ks + 20).astype(np.int32)
     expected = scorer.prefill_logits(q, k, w, ks, ke, clean_logits=clean_logits)
-    assert_bit_identical(fast_scorer.prefill_logits(q_strided, k, w, ks, ke, clean_logits=clean_logits), expected)
+    assert expected.dtype == np.float64
+    assert_exact(fast_scorer.prefill_logits(q_strided, k, w, ks, ke, clean_logits=clean_logits), expected,
+                 "fast prefill logits (strided q) vs reference")
 
 
 def test_fast_scorer_rejects_like_the_reference():

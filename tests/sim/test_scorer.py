@@ -3,7 +3,7 @@
 The expected logits come from a plain float64 einsum written here. Inputs are dequantized FP8/MXFP4 values (4 and 2
 significant bits times a power of two) and weights rounded to 8 significant bits, over a narrow exponent range, so
 every float64 sum in these fixtures is exact: any summation order gives the same value and the comparisons are
-exact (zero bound), not approximate.
+exact (tests.sim._assert.assert_exact: bits, NaN positions and signed zeros), not approximate.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from sim import fast_scorer, fp8, layout, mxfp4, scorer
 from sim.formats import E8M0_NAN, MX_BLOCK
+from tests.sim._assert import assert_exact
 
 U32 = 2.0 ** -24
 U64 = 2.0 ** -53
@@ -46,11 +47,6 @@ def einsum_logits(q, k, w) -> np.ndarray:
     dots = np.einsum("rhd,td->rht", q, k)
     relu = np.where(np.isnan(dots) | (dots > 0), dots, 0.0)
     return np.einsum("rh,rht->rt", np.asarray(w, dtype=np.float64), relu)
-
-
-def assert_identical(actual, expected):
-    """Exact equality (NaN == NaN, -inf == -inf), reporting the first differing coordinate and both values."""
-    scorer.assert_logits_within_bound(actual, expected, np.zeros(np.shape(expected)))
 
 
 # ============================================================================================ dequantization
@@ -89,10 +85,10 @@ def test_prefill_matches_einsum(kv_dtype, head_dim, num_heads):
     visible = (cols >= ks[:, None]) & (cols < ke[:, None])
     got = scorer.prefill_logits(q, k, w, ks.astype(np.int32), ke.astype(np.int32))
     assert got.dtype == np.float64 and got.shape == (S, SK)
-    assert_identical(got, np.where(visible, full, -np.inf))
-    assert_identical(fast_scorer.prefill_logits(q, k, w, ks, ke), got)
+    assert_exact(got, np.where(visible, full, -np.inf), "prefill logits vs einsum")
+    assert_exact(fast_scorer.prefill_logits(q, k, w, ks, ke), got, "fast_scorer vs scorer")
     unclean = scorer.prefill_logits(q, k, w, ks, ke, clean_logits=False)
-    assert_identical(unclean, np.where(visible, full, np.nan))  # documented: NaN where unspecified
+    assert_exact(unclean, np.where(visible, full, np.nan), "clean_logits=False")  # documented: NaN where unspecified
 
 
 def test_small_temporary_budget_gives_identical_logits(monkeypatch):
@@ -105,7 +101,7 @@ def test_small_temporary_budget_gives_identical_logits(monkeypatch):
     monkeypatch.setattr(scorer, "_BLOCK_ELEMENTS", 4 * H * 10)               # a few rows x 10 columns per group
     groups = list(scorer._row_groups(ks, ke, H))
     assert len(groups) > 3 and [g[0] for g in groups[1:]] == [g[1] for g in groups[:-1]]
-    assert_identical(scorer.prefill_logits(q, k, w, ks, ke), expected)
+    assert_exact(scorer.prefill_logits(q, k, w, ks, ke), expected, "logits with a small temporary budget")
 
 
 def test_relu_drops_negative_heads_by_hand():
@@ -136,7 +132,8 @@ def test_nan_propagates_through_relu():
         assert np.isnan(got[i, 4]) and np.isfinite(np.delete(got[i], 4)).all(), got[i]
     assert np.isfinite(got[4, :4]).all() and (got[4, 4:] == -np.inf).all()   # row 4 never sees column 4
     assert (got[2, :5] == -np.inf).all() and np.isfinite(got[2, 5:]).all()
-    assert_identical(got, np.where(scorer.visible_mask(ke, SK, starts=ks), einsum_logits(q, k, w), -np.inf))
+    assert_exact(got, np.where(scorer.visible_mask(ke, SK, starts=ks), einsum_logits(q, k, w), -np.inf),
+                 "logits with NaN/inf inputs vs einsum")
 
 
 # ============================================================================================ decode
@@ -227,11 +224,11 @@ def test_decode_matches_einsum_on_hostile_pools(case):
         expected[r, :ctx] = einsum_logits(q[b, n][None], keys[b][:ctx], w[r][None])[0]
     got = scorer.decode_logits(*args)
     assert got.dtype == np.float64 and got.shape == (len(counts), width)
-    assert_identical(got, expected)
+    assert_exact(got, expected, f"{case.name}: decode logits vs einsum")
     assert not np.isnan(got).any()                        # no 0xFF byte of an unused page was read
-    assert_identical(fast_scorer.decode_logits(*args), got)
+    assert_exact(fast_scorer.decode_logits(*args), got, f"{case.name}: fast_scorer vs scorer")
     unclean = scorer.decode_logits(*args, clean_logits=False)
-    assert_identical(unclean, np.where(expected == -np.inf, np.nan, expected))
+    assert_exact(unclean, np.where(expected == -np.inf, np.nan, expected), f"{case.name}: clean_logits=False")
     counts_api = scorer.decode_visible(args[4], N, width, table.shape[1], case.page_size)
     assert counts_api.tolist() == counts
 
