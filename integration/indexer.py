@@ -133,11 +133,9 @@ class SparseIndexer:
         if num_tokens != expected:
             raise ValueError(f"q has {num_tokens} tokens, but {what} {expected}")
         validate = validate_requested(self.validate)
-        if validate:
-            self._validate_slots(metadata.slot_mapping)
-        # everything is checked before the cache is touched
+        # everything is checked before the cache is touched (the writer's validate mode checks the slots first)
         hw.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, kv_dtype=self.kv_dtype,
-                                     layout=self.layout, scale_rule=self.scale_rule)
+                                     layout=self.layout, scale_rule=self.scale_rule, validate=validate)
         q_pair, weights = self._quantize_q(q, weights)
         if isinstance(metadata, PrefillMetadata):
             return self._prefill(q_pair, weights, metadata, validate)
@@ -161,15 +159,6 @@ class SparseIndexer:
                              f"{sched.max_context_len}; this layer has {self.page_size} and {self.max_context_len}")
         check_tensor("block_table", block_table, dtypes=torch.int32, shape=(sched.batch_size, sched.max_pages),
                      device=self.kv_cache.device)
-
-    def _validate_slots(self, slot_mapping: torch.Tensor) -> None:
-        """Validate mode (syncs): every slot is negative (skip) or below num_pages * P."""
-        capacity = self.kv_cache.shape[0] * self.page_size
-        past = slot_mapping >= capacity
-        if bool(past.any()):
-            i = int(torch.nonzero(past)[0, 0])
-            raise ValueError(f"slot_mapping[{i}] = {int(slot_mapping[i])} is past the cache's {capacity} slots "
-                             f"({self.kv_cache.shape[0]} pages of {self.page_size}); a negative slot skips a token")
 
     def _quantize_q(self, q: torch.Tensor, weights: torch.Tensor):
         """-> ((values, scales|None), weights): FP8 folds q's scale into the weights, MXFP4 keeps them."""
