@@ -8,16 +8,24 @@ q is a (values, scales) pair:
          D = 128 the scales may be int32 [..., H, 1] (the same 4 bytes, little-endian: block g in byte g).
 The K format follows q's: FP8 keys carry one fp32 scale per token, MXFP4 keys one E8M0 byte per 32 elements.
 
-Accumulation (the n and u of DESIGN §4's bound; accumulation_unit_roundoff() gives u): MXFP4: per-block sums are
-exact and added in fp32 (n = D/32, u = 2^-24) on the unpack paths (their K = 32 block dots need 13 bits, which
-even Hopper's FP8 MMA keeps) and on gfx950's scaled MFMA; the interpreter's dot_scaled emulation and Hopper's bf16
-decomposition sum D products in fp32 (n = D, u = 2^-24). FP8 (n = D): fp32 except on Hopper (sm_90), whose FP8
-MMA keeps about 14 bits inside each group of FP8_PROMOTE_K = 32 products (launch_config) before the promotion to
-fp32 that this kernel asks for: declared u = 2^-13 there (measured: 1.74x the u = 2^-24 bound at D = 128).
+Accumulation (the n and u of DESIGN §4's bound, gamma = (n + H + 2) u): dot_product_roundings() gives n,
+accumulation_unit_roundoff() gives u, both for the path the launch takes (same selection, MXIDX_MXFP4_PATH
+included). MXFP4: the unpack paths add D/32 exact 32-element block sums in fp32 (n = D/32, u = 2^-24; their K = 32
+block dots need 13 bits, which even Hopper's FP8 MMA keeps). dot_scaled declares n = D: the interpreter's emulation
+and Hopper's bf16 decomposition sum all D products in fp32 (a key with one product 1.0 and 96 of 2^-26 comes back
+as exactly 1.0: error 1.43e-6 > the n = D/32 bound 4.2e-7 at H = 1, inside the n = D one), and gfx950's scaled MFMA
+(K = 64 per instruction) does not document its internal accumulation, so it gets the same conservative n = D.
+FP8 (n = D): fp32 except on Hopper (sm_90), whose FP8 MMA keeps about 14 bits inside each group of
+FP8_PROMOTE_K = 32 products (launch_config) before the promotion to fp32 that this kernel asks for: declared
+u = 2^-13 there (measured: 1.74x the u = 2^-24 bound at D = 128).
 
 MXFP4 dot path: MXIDX_MXFP4_PATH = dot_scaled | unpack | unpack_ptx (read at each call) overrides the default
 (dot_scaled on HIP and in the interpreter; on NVIDIA, where dot_scaled decomposes to bf16 MMA, the faster of the
 measured paths per kernel: launch_config.CUDA_DEFAULT_MX_PATH).
+
+Validate mode (validate=True or MXIDX_VALIDATE=1, hw._checks.validate_requested): both scorers then check, with
+device syncs, the values their hot paths trust and raise ValueError; not allowed during CUDA-graph capture.
+kernels_interpreted() says whether these kernels run in the Triton interpreter.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import torch
 import triton
 
 from ._cache_view import check_cache_view, check_head_dim, check_pages_in_span
+from . import _checks
 from ._checks import (FP8_DTYPE, MX_BLOCK, check_flag, check_int, check_int32_extent, check_kernel_device,
                       check_tensor, validate_requested)
 from ._logits_details import launch_config as cfg
@@ -37,6 +46,9 @@ from ._logits_details.scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
 
 DEEPGEMM_PACKED_HEAD_DIM = 128        # int32-packed MXFP4 scales: one int32 holds the 4 scale bytes of D = 128
 MX_PATHS = {"dot_scaled": MX_DOT_SCALED, "unpack": MX_UNPACK, "unpack_ptx": MX_UNPACK_PTX}
+EXACT_BLOCK_SUM_PATHS = ("unpack", "unpack_ptx")   # MXFP4 paths that add exact 32-element block sums (n = D/32)
+KERNELS = ("prefill", "decode")
+KV_FORMATS = ("fp8", "mxfp4")
 MX_PATH_ENV = "MXIDX_MXFP4_PATH"
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
 HOPPER_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13   # ~14-bit accumulation inside one FP8 wgmma K group (sm_90)
@@ -50,14 +62,37 @@ def accumulation_unit_roundoff(kv_format: str, device) -> float:
     return HOPPER_FP8_MMA_UNIT_ROUNDOFF if kv_format == "fp8" and hopper else FP32_UNIT_ROUNDOFF
 
 
+def dot_product_roundings(kv_format: str, head_dim: int, device, kernel: str) -> int:
+    """The n of DESIGN §4's bound: roundings in one q.k of `kernel` ("prefill" | "decode") on `device` for
+    kv_format "fp8" | "mxfp4" with head dim D, on the path the launch would take now (MXIDX_MXFP4_PATH included).
+
+    D/32 on the MXFP4 unpack paths (exact block sums added in fp32); D for FP8 and for MXFP4 dot_scaled (the
+    module docstring says why). ValueError for an unknown kernel or format, or a bad MXIDX_MXFP4_PATH."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kv_format not in KV_FORMATS:
+        raise ValueError(f"kv_format must be one of {KV_FORMATS}, got {kv_format!r}")
+    check_int("head_dim", head_dim, MX_BLOCK)
+    if kv_format == "mxfp4" and _mx_path_name(torch.device(device), kernel) in EXACT_BLOCK_SUM_PATHS:
+        return head_dim // MX_BLOCK
+    return head_dim
+
+
+def kernels_interpreted() -> bool:
+    """True when this module's kernels were defined under TRITON_INTERPRET=1 (they then run on CPU tensors),
+    whatever the environment says now."""
+    return _checks.kernels_interpreted(prefill_logits_kernel)
+
+
 # ============================================================================================ argument parsing
 def _check_logits_dtype(logits_dtype) -> None:
     if logits_dtype is not torch.float32:
         raise ValueError(f"logits_dtype must be torch.float32 (the only output dtype supported), got {logits_dtype!r}")
 
 
-def _check_scorer_head_dim(name: str, head_dim: int, layout: str) -> None:
-    """DESIGN's head dims (multiples of 32 in 32..256), of which the scorer tiles take the powers of two."""
+def check_scorer_head_dim(name: str, head_dim: int, layout: str) -> None:
+    """The scorers' head-dim rule: DESIGN's head dims for `layout` (multiples of 32 in 32..256), of which the
+    scorer tiles take the powers of two (32, 64, 128, 256). ValueError naming `name` otherwise."""
     check_head_dim(name, head_dim, layout)
     if head_dim & (head_dim - 1):
         raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
@@ -77,10 +112,10 @@ def _split_pair(name: str, pair, ndim: int, device=None):
         if scales is not None:
             raise ValueError(f"{name}: an FP8 query carries its scale in the weights; pass (values, None)")
         head_dim = values.shape[-1]
-        _check_scorer_head_dim(f"{name}[0]", head_dim, "fp8")
+        check_scorer_head_dim(f"{name}[0]", head_dim, "fp8")
         return "fp8", values.view(torch.uint8), None, head_dim, lead_shape
     head_dim = 2 * values.shape[-1]
-    _check_scorer_head_dim(f"{name}[0]", head_dim, "mxfp4")
+    check_scorer_head_dim(f"{name}[0]", head_dim, "mxfp4")
     return "mxfp4", values, _mx_scales(f"{name}[1]", scales, lead_shape, head_dim, device), head_dim, lead_shape
 
 
@@ -116,32 +151,55 @@ def _split_kv(kv, kv_format: str, head_dim: int, device):
     return values, _mx_scales("kv[1]", scales, (values.shape[0],), head_dim, device)
 
 
-def _mx_path(device: torch.device, kernel: str) -> int:
+def _mx_path_name(device: torch.device, kernel: str) -> str:
     """The MXFP4 dot path of `kernel` ("prefill" | "decode") on `device`: MXIDX_MXFP4_PATH, else the default."""
     nvidia = device.type == "cuda" and torch.version.hip is None
     choice = os.environ.get(MX_PATH_ENV)
     if choice is None:
-        return MX_PATHS[cfg.CUDA_DEFAULT_MX_PATH[kernel]] if nvidia else MX_DOT_SCALED
+        return cfg.CUDA_DEFAULT_MX_PATH[kernel] if nvidia else "dot_scaled"
     if choice not in MX_PATHS:
         raise ValueError(f"{MX_PATH_ENV} must be one of {sorted(MX_PATHS)}, got {choice!r}")
     if choice == "unpack_ptx" and not nvidia:
         raise ValueError(f"{MX_PATH_ENV}=unpack_ptx needs an NVIDIA GPU (inline PTX); use unpack or dot_scaled")
-    return MX_PATHS[choice]
+    return choice
+
+
+def _mx_path(device: torch.device, kernel: str):
+    """_mx_path_name as the kernel's MX_PATH constexpr."""
+    return MX_PATHS[_mx_path_name(device, kernel)]
 
 
 # ============================================================================================ prefill
+def _validate_ranges(ks: torch.Tensor, ke: torch.Tensor, num_k: int) -> None:
+    """Validate mode of the prefill scorer: 0 <= ks[i] <= ke[i] <= SK for every row (a device sync).
+    ValueError naming the argument and the first bad row with its values."""
+    bad = (ks < 0) | (ks > ke) | (ke > num_k)
+    if not bool(bad.any()):
+        return
+    i = int(torch.nonzero(bad)[0, 0])
+    start, end = int(ks[i]), int(ke[i])
+    what = ("cu_seq_len_k_start" if start < 0 else "cu_seq_len_k_end" if end > num_k
+            else "cu_seq_len_k_start > cu_seq_len_k_end")
+    raise ValueError(f"{what}: row {i} has cu_seq_len_k_start = {start}, cu_seq_len_k_end = {end}; every row needs "
+                     f"0 <= cu_seq_len_k_start <= cu_seq_len_k_end <= SK = {num_k} (kv's token count)")
+
+
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
-                       logits_dtype=torch.float32) -> torch.Tensor:
+                       logits_dtype=torch.float32, *, validate=False) -> torch.Tensor:
     """Ragged prefill logits, fp32 [S, SK].
 
     q: (values, scales) [S, H, ...] as in the module docstring; kv: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4
     (uint8 [SK, D/2], uint8 [SK, D/32] or int32 [SK, 1] at D = 128), same format as q; weights fp32 [S, H];
-    cu_seq_len_k_start / cu_seq_len_k_end int32 [S]: row i sees keys ks[i] <= j < ke[i] (absolute columns; ke is
-    clamped to SK in the kernel, values are not checked on the host). Entries outside are -inf when clean_logits,
-    else left unwritten. All tensors contiguous, on one device. max_seqlen_k > 0 (DeepGEMM's compressed output)
-    is not supported.
+    cu_seq_len_k_start / cu_seq_len_k_end int32 [S]: row i sees keys ks[i] <= j < ke[i] (absolute columns).
+    Entries outside are -inf when clean_logits, else left unwritten. All tensors contiguous, on one device.
+    max_seqlen_k > 0 (DeepGEMM's compressed output) is not supported.
+    The ranges are trusted in the hot path, where the kernel clamps them: ks < 0 acts as 0, ke > SK as SK, and
+    ks >= ke is an empty row. validate=True (keyword-only; or MXIDX_VALIDATE=1) instead checks
+    0 <= ks[i] <= ke[i] <= SK with a device sync and raises ValueError on the first bad row (not allowed during
+    CUDA-graph capture).
     """
     check_flag("clean_logits", clean_logits)
+    validate = validate_requested(validate)
     _check_logits_dtype(logits_dtype)
     if check_int("max_seqlen_k", max_seqlen_k, 0) != 0:
         raise ValueError(f"max_seqlen_k = {max_seqlen_k!r} is not supported (only 0: the full [S, SK] output)")
@@ -157,6 +215,8 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
     check_kernel_device("q[0]", device, prefill_logits_kernel)
+    if validate:
+        _validate_ranges(cu_seq_len_k_start, cu_seq_len_k_end, num_k)
 
     out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
     if num_q == 0 or num_k == 0:

@@ -5,7 +5,8 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
     architecture  gfx950 (native scaled MFMA), NVIDIA sm_90 or newer (Triton's dot_scaled decomposition), or the
                   CPU through the Triton interpreter. Anything else (gfx942, sm_80, a CPU without the
                   interpreter) falls back.
-    triton        compiled backends need tl.dot_scaled (triton >= 3.3); the CPU interpreter runs it from 3.8.
+    triton        compiled backends need tl.dot_scaled (triton >= 3.3); when hw's kernels run in the Triton
+                  interpreter (Platform.interpreter, whatever the device) its tl.dot_scaled needs triton >= 3.8.
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
                   P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
                   scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry, not a
@@ -28,11 +29,9 @@ from typing import Callable
 import torch
 
 from hw._cache_view import PAGE_SIZES, TILE_HEAD_DIM
-from hw._checks import kernels_interpreted
 # the scorers' head-dim rule (DESIGN's multiples of 32 in 32..256, of which the scorer tiles take the powers of
-# two): one definition, in hw
-from hw.logits import _check_scorer_head_dim
-from hw.quant import q_quant_mxfp4_kernel     # any hw kernel: they are all defined under one TRITON_INTERPRET
+# two) and whether hw's kernels run in the interpreter: one definition each, in hw
+from hw.logits import check_scorer_head_dim, kernels_interpreted
 
 from .config import IndexerConfig
 
@@ -60,7 +59,7 @@ class IndexerGeometry:
     def __post_init__(self):
         if not isinstance(self.num_heads, int) or self.num_heads < 1:
             raise ValueError(f"num_heads must be a positive int, got {self.num_heads!r}")
-        _check_scorer_head_dim("head_dim", self.head_dim, "mxfp4")
+        check_scorer_head_dim("head_dim", self.head_dim, "mxfp4")
         if self.page_size not in PAGE_SIZES:
             raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size!r}")
 
@@ -86,7 +85,7 @@ class Platform:
         import triton
 
         device = torch.device(device)
-        interpreter = kernels_interpreted(q_quant_mxfp4_kernel)
+        interpreter = kernels_interpreted()
         if device.type == "cpu":
             return cls("cpu", "cpu", triton.__version__, interpreter)
         if device.type != "cuda":
@@ -151,13 +150,13 @@ def check_architecture(platform: Platform) -> str | None:
 
 
 def check_triton(platform: Platform) -> str | None:
-    """None if the Triton version has what the MXFP4 kernels need, else the reason."""
+    """None if the Triton version has what the MXFP4 kernels need, else the reason: the interpreter's
+    tl.dot_scaled when the kernels are interpreted (Platform.interpreter), else the compiled backends'."""
     version = parse_version(platform.triton_version)
-    cpu = platform.device_type == "cpu"
-    need = MIN_TRITON_INTERPRETER if cpu else MIN_TRITON_COMPILED
+    need = MIN_TRITON_INTERPRETER if platform.interpreter else MIN_TRITON_COMPILED
     if version >= need:
         return None
-    where = "the CPU interpreter" if cpu else "compiled backends"
+    where = "the Triton interpreter" if platform.interpreter else "compiled backends"
     return (f"triton {platform.triton_version} is too old: tl.dot_scaled in {where} needs triton >= "
             f"{'.'.join(map(str, need))}")
 

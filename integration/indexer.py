@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import torch
 
 import hw
+from hw._cache_view import check_cache_view
 from hw._checks import check_flag, check_tensor, validate_requested
+from hw.logits import check_scorer_head_dim
 from hw.topk import MAX_K
 
 from .gates import GateDecision
@@ -121,6 +123,9 @@ class SparseIndexer:
         num_tokens, num_heads, head_dim = q.shape
         check_tensor("k", k, dtypes=torch.bfloat16, shape=(num_tokens, head_dim), device=device)
         check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads), device=device)
+        # the scorers' geometry rules too, so that a call they would refuse never writes the cache first
+        check_scorer_head_dim("q", head_dim, self.layout)
+        check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         if isinstance(metadata, PrefillMetadata):
             self._check_prefill(metadata)

@@ -8,7 +8,8 @@ will run the model:
                                                                  for byte over the whole pool
     Q          hw.quantize_q_mxfp4                            == sim.mxfp4.quantize, byte for byte
     decode     hw.get_paged_mqa_logits_metadata + hw.fp8_fp4_paged_mqa_logits (next_n = 2, an out-of-range
-               sentinel past the last used block-table entry)  within sim.scorer's fp32 bound of decode_logits
+               sentinel past the last used block-table entry)  within sim.scorer's fp32 bound of decode_logits (n and
+                                                                 u as hw.logits declares them for the path)
     prefill    hw.cp_gather_indexer_k_quant_cache             == sim.layout.read_tokens, byte for byte
                hw.fp8_fp4_mqa_logits (ragged ranges)          within the bound of sim.scorer.prefill_logits
 
@@ -122,10 +123,10 @@ def _check(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
             or _check_prefill(pool, geom, sim_pool, (q_codes, q_scales), q64, weights, ctx, layout, device))
 
 
-def _roundings(geom) -> int:
-    """n of the fp32 bound: D. hw.logits declares D/32 for the unpack and scaled-MFMA paths but D for the
-    interpreter's dot_scaled emulation (it sums all D products in fp32); D bounds every path."""
-    return geom.head_dim
+def _bound(bound_fn, args, geom, device, kernel: str) -> np.ndarray:
+    """sim.scorer's fp32 bound (DESIGN §4) with the n and u hw.logits declares for `kernel` on `device`."""
+    return bound_fn(*args, n_roundings=hw.logits.dot_product_roundings("mxfp4", geom.head_dim, device, kernel),
+                    u=hw.logits.accumulation_unit_roundoff("mxfp4", device))
 
 
 def _check_decode(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, device) -> str | None:
@@ -141,7 +142,7 @@ def _check_decode(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, devic
                                          layout=layout)
     args = (q64.reshape(1, NEXT_N, heads, -1), sim_pool, geom, weights, context_lens, block_table, width)
     check = sim_scorer.check_logits(logits.cpu().numpy(), sim_scorer.decode_logits(*args),
-                                    sim_scorer.decode_error_bound(*args, n_roundings=_roundings(geom)))
+                                    _bound(sim_scorer.decode_error_bound, args, geom, device, "decode"))
     return None if check.ok else f"hw.fp8_fp4_paged_mqa_logits outside the fp32 bound: {check.describe()}"
 
 
@@ -163,5 +164,5 @@ def _check_prefill(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, devi
     k64 = sim_scorer.dequantize_kv(want_values, want_scales)
     args = (q64, k64, weights, ks, ke)
     check = sim_scorer.check_logits(logits.cpu().numpy(), sim_scorer.prefill_logits(*args),
-                                    sim_scorer.prefill_error_bound(*args, n_roundings=_roundings(geom)))
+                                    _bound(sim_scorer.prefill_error_bound, args, geom, device, "prefill"))
     return None if check.ok else f"hw.fp8_fp4_mqa_logits outside the fp32 bound: {check.describe()}"

@@ -314,7 +314,9 @@ def decode_logits(q, pool, geom, weights, context_lens, block_table, max_context
 
 # ============================================================================================ error bound
 def dot_product_roundings(kv_format: str, head_dim: int) -> int:
-    """n of DESIGN §4: roundings in one q.k dot product. MXFP4 (any layout): D/32 (block sums are exact); FP8: D."""
+    """n of DESIGN §4 for a kernel that keeps each 32-element block sum exact: MXFP4 (any layout) D/32; FP8 D.
+    A kernel whose path sums all D products in fp32 (e.g. tl.dot_scaled's decomposition) declares n = D itself:
+    `mxidx diff` takes n from hw.logits.dot_product_roundings."""
     if kv_format in ("mxfp4", "mxfp4_tiled"):
         return head_dim // MX_BLOCK
     if kv_format == "fp8":

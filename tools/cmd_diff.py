@@ -1,7 +1,7 @@
 """`mxidx diff`: run the kernel-vs-oracle case matrix (tools/difftest.py) and print a table.
 
-Exit status 0 only when every selected case passes; a case whose sim/ or hw/ function has not landed is reported
-"not available" and counts as a failure.
+Exit status 0 only when every selected case passes; a kernel that raises fails its case (the detail names the
+exception).
 """
 from __future__ import annotations
 

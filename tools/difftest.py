@@ -11,16 +11,16 @@ Comparison rules:
     writers, Q quantizers, gather  byte-equal to sim (the writer over the WHOLE pool: nothing outside the written
                                    slots may change)
     prefill / decode logits        sim.scorer.check_logits against sim.scorer's analytic bound (DESIGN §4; n from
-                                   sim.scorer.dot_product_roundings, u as hw.logits declares it for the device):
+                                   hw.logits.dot_product_roundings, u from accumulation_unit_roundoff: what hw
+                                   declares for the path the launch takes on the device):
                                    |kernel - ref| <= bound at every visible entry, NaN where ref is NaN, the same
                                    infinity where ref is infinite; invisible entries -inf when clean_logits=True
                                    (unchecked when False). The worst err/bound ratio is reported.
     top-k                          exactly equal to sim.topk on identical fp32 logits
 
-A sim/ function that has not landed, or a hw/ entry point that still raises NotImplementedError, makes the case
-"not available", which counts as a failure.
+A kernel that raises (anything but Mismatch) fails its case with the exception's type and message.
 
-The module imports neither torch nor hw at import time: `make_env` picks the device (tools.runtime.choose_device
+The module imports sim at import time but neither torch nor hw: `make_env` picks the device (tools.runtime.choose_device
 sets TRITON_INTERPRET=1 for the CPU) before the first `import hw`. Fixture builders here (`make_geometry`,
 `hostile_values`, `hostile_rows`, `sim_input`, `build_paged_kv`, `torch_cache_view`, `host_to_device`,
 `pair_as_torch`, `sim_quantize_q`, ...) are the one implementation the tests share (tools/ cannot import tests/);
@@ -29,7 +29,6 @@ torch is imported inside the functions that need it.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import math
 import time
 import zlib
@@ -38,7 +37,14 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-PASS, FAIL, UNAVAILABLE = "pass", "FAIL", "not available"
+from sim import addressing as sim_addressing
+from sim import fp8 as sim_fp8
+from sim import layout as sim_layout
+from sim import mxfp4 as sim_mxfp4
+from sim import scorer as sim_scorer
+from sim import topk as sim_topk
+
+PASS, FAIL = "pass", "FAIL"
 CPU_NUM_SMS = 4                  # persistent-grid size for the interpreter (the GPU uses its SM count)
 ALIGN = 16                       # page strides and view offsets are multiples of 16 bytes (DESIGN §2)
 POISON = 0xFF                    # unused pages / scale bytes: E8M0 NaN, e4m3 NaN, fp32 NaN
@@ -54,27 +60,11 @@ E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 EXPONENT_RANGE = {"fp32": (-140, 124), "bf16": (-140, 124), "fp16": (-22, 13)}
 
 
-class Unavailable(Exception):
-    """A sim/ function or hw/ kernel the case needs has not landed yet (reported as a failure)."""
-
-
 class Mismatch(AssertionError):
     """The kernel disagrees with the oracle; the message names the first differing coordinate and both values."""
 
 
-# ------------------------------------------------------------------------------------------------ access
-
-
-def sim_api(module: str, name: str):
-    """sim.<module>.<name>, or Unavailable when it has not landed."""
-    try:
-        mod = importlib.import_module(f"sim.{module}")
-    except ImportError as e:
-        raise Unavailable(f"sim.{module} cannot be imported ({e})") from None
-    try:
-        return getattr(mod, name)
-    except AttributeError:
-        raise Unavailable(f"sim.{module}.{name} does not exist yet") from None
+# ------------------------------------------------------------------------------------------------ environment
 
 
 @dataclass
@@ -82,16 +72,10 @@ class Env:
     """Where kernels run. Build with `make_env`, which imports hw/ only after the device is chosen."""
 
     device: str          # "cuda" | "cpu" (Triton interpreter)
-    hw: object           # the hw package
+    hw: object           # the hw package (cases call env.hw.<launcher>, looked up at call time: tests
+                         # monkeypatch hw attributes)
     torch: object        # the torch module
     num_sms: int         # persistent-grid size handed to get_paged_mqa_logits_metadata
-
-    def call(self, name: str, *args, **kwargs):
-        """hw.<name>(*args, **kwargs), looked up at call time (tests monkeypatch hw attributes)."""
-        try:
-            return getattr(self.hw, name)(*args, **kwargs)
-        except NotImplementedError:
-            raise Unavailable(f"hw.{name} raises NotImplementedError") from None
 
     def tensor(self, a: np.ndarray, dtype=None):
         """host_to_device onto the env's device."""
@@ -178,7 +162,13 @@ def pool_locator(geom) -> Callable[[tuple], str]:
 def declared_unit_roundoff(env: Env, kv_dtype: str) -> float:
     """The u the scorer kernels declare for their accumulation on env's device (DESIGN §4: a path accumulating in
     reduced precision, e.g. Hopper's FP8 MMA, declares its u and the test uses it): hw.logits's declaration."""
-    return float(importlib.import_module("hw.logits").accumulation_unit_roundoff(kv_dtype, env.device))
+    return float(env.hw.logits.accumulation_unit_roundoff(kv_dtype, env.device))
+
+
+def declared_roundings(env: Env, kv_dtype: str, head_dim: int, kernel: str) -> int:
+    """The n of DESIGN §4's bound that hw.logits declares for `kernel` ("prefill" | "decode") on env's device, on
+    the MXFP4 dot path the launch takes (D/32 on the unpack paths, D on dot_scaled and for FP8)."""
+    return int(env.hw.logits.dot_product_roundings(kv_dtype, head_dim, env.device, kernel))
 
 
 def _u_note(u: float) -> str:
@@ -196,7 +186,7 @@ def check_scorer(what: str, kernel: np.ndarray, ref: np.ndarray, bound: np.ndarr
     if kernel.shape != ref.shape:
         raise Mismatch(f"{what}: kernel shape {list(kernel.shape)} != reference shape {list(ref.shape)}")
     with np.errstate(invalid="ignore"):   # clean_logits=False leaves invisible entries uninitialized (sNaN casts)
-        result = sim_api("scorer", "check_logits")(kernel, ref, bound, visible=visible)
+        result = sim_scorer.check_logits(kernel, ref, bound, visible=visible)
     if not result.ok:
         raise Mismatch(f"{what}: {result.describe()}")
     return result.worst_ratio
@@ -213,12 +203,11 @@ def case_rng(name: str) -> np.random.Generator:
 def make_geometry(kv_dtype: str, layout: str | None, page_size: int, head_dim: int, num_pages: int,
                   stride_pad: int = 0, view_offset: int = 0, page_stride: int | None = None):
     """sim.layout.PageGeometry with the page stride = the tight stride + stride_pad (or `page_stride`)."""
-    PageGeometry = sim_api("layout", "PageGeometry")
-    tight = PageGeometry(kv_dtype, page_size, head_dim, num_pages, layout=layout)
+    tight = sim_layout.PageGeometry(kv_dtype, page_size, head_dim, num_pages, layout=layout)
     if page_stride is None:
         page_stride = tight.page_stride + stride_pad
-    return PageGeometry(kv_dtype, page_size, head_dim, num_pages, page_stride=page_stride, layout=layout,
-                        view_offset=view_offset)
+    return sim_layout.PageGeometry(kv_dtype, page_size, head_dim, num_pages, page_stride=page_stride,
+                                   layout=layout, view_offset=view_offset)
 
 
 def torch_cache_view(pool_t, geom):
@@ -350,8 +339,8 @@ def to_input(env: Env, x: np.ndarray, dtype: str):
 def sim_quantize(kv_dtype: str, x: np.ndarray, scale_rule: str = "rceil"):
     """The oracle's quantizer: (values, scales) as DESIGN §8 (fp8: e4m3 bits + fp32; mxfp4: codes + E8M0)."""
     if kv_dtype == "fp8":
-        return sim_api("fp8", "quantize")(x)
-    return sim_api("mxfp4", "quantize")(x, scale_rule=scale_rule)
+        return sim_fp8.quantize(x)
+    return sim_mxfp4.quantize(x, scale_rule=scale_rule)
 
 
 def block_table_sentinels(num_pages: int) -> np.ndarray:
@@ -383,7 +372,7 @@ def build_paged_kv(rng: np.random.Generator, kv_dtype: str, layout: str | None, 
     pages_needed = [-(-n // P) for n in tokens]
     num_pages = sum(pages_needed) + spare_pages
     geom = make_geometry(kv_dtype, layout, P, head_dim, num_pages, stride_pad, view_offset)
-    pool = sim_api("layout", "new_pool")(geom, fill=POISON)
+    pool = sim_layout.new_pool(geom, fill=POISON)
     perm = rng.permutation(num_pages)
     max_pages = max(pages_needed, default=0) + extra_table_entries
     sentinels = block_table_sentinels(num_pages)
@@ -399,7 +388,7 @@ def build_paged_kv(rng: np.random.Generator, kv_dtype: str, layout: str | None, 
             x[nan_token[1], :MX_BLOCK] = np.nan
         v, s = sim_quantize(kv_dtype, x)
         slots = table[b, np.arange(n) // P] * P + np.arange(n) % P
-        sim_api("layout", "write_tokens")(pool, geom, slots, v, s)
+        sim_layout.write_tokens(pool, geom, slots, v, s)
     return PagedKV(geom, pool, table.astype(np.int32))
 
 
@@ -427,7 +416,7 @@ def sim_quantize_q(kv_dtype: str, x: np.ndarray, heads_weights: np.ndarray):
     q_scales is None and q64 is the e4m3 values alone. MXFP4: codes uint8 [..., H, D/2], E8M0 scales [..., H, D/32].
     """
     v, s = sim_quantize(kv_dtype, x)
-    dequantize_q = sim_api("scorer", "dequantize_q")
+    dequantize_q = sim_scorer.dequantize_q
     if kv_dtype == "fp8":
         folded = (heads_weights.astype(np.float32) * s.reshape(heads_weights.shape)).astype(np.float32)
         return v, None, dequantize_q(v, None), folded
@@ -467,7 +456,7 @@ class Outcome:
 class CaseResult:
     name: str
     kind: str
-    status: str          # PASS | FAIL | UNAVAILABLE (a failure too)
+    status: str          # PASS | FAIL
     detail: str
     worst_ratio: float | None
     seconds: float
@@ -531,7 +520,7 @@ class WriterCase(PagedCase, InputCase):
         P = self.page_size
         num_pages = -(-self.num_tokens // P) + 3
         geom = self.geometry(num_pages)
-        pool = sim_api("layout", "new_pool")(geom, fill=POISON)
+        pool = sim_layout.new_pool(geom, fill=POISON)
         pool[: geom.view_offset] = rng.integers(0, 256, geom.view_offset, dtype=np.uint8)  # foreign bytes
         # Slots on shuffled pages, not in token order; a few tokens skipped (slot -1).
         slots = rng.permutation(num_pages * P)[: self.num_tokens].astype(np.int64)
@@ -539,10 +528,10 @@ class WriterCase(PagedCase, InputCase):
         x = self.input_values(rng, self.num_tokens)
         k_t, k_sim = to_input(env, x, self.dtype)
         pool_t = env.tensor(pool)
-        env.call("indexer_k_quant_and_cache", k_t, torch_cache_view(pool_t, geom), env.tensor(slots),
-                 kv_dtype=self.kv_dtype, layout=geom.layout, scale_rule=self.scale_rule)
+        env.hw.indexer_k_quant_and_cache(k_t, torch_cache_view(pool_t, geom), env.tensor(slots),
+                                         kv_dtype=self.kv_dtype, layout=geom.layout, scale_rule=self.scale_rule)
         v, s = sim_quantize(self.kv_dtype, k_sim, self.scale_rule)
-        sim_api("layout", "write_tokens")(pool, geom, slots, v, s)
+        sim_layout.write_tokens(pool, geom, slots, v, s)
         assert_equal_bits("pool after write", env.numpy(pool_t), pool, pool_locator(geom))
         return Outcome(note=f"{int((slots >= 0).sum())} tokens, {pool.size} pool bytes equal")
 
@@ -561,13 +550,13 @@ class QuantQCase(InputCase):
         x = x.reshape(self.tokens, self.heads, self.head_dim)
         q_t, q_sim = to_input(env, x, self.dtype)
         if self.kv_dtype == "mxfp4":
-            codes, scales = env.call("quantize_q_mxfp4", q_t, scale_rule=self.scale_rule)
+            codes, scales = env.hw.quantize_q_mxfp4(q_t, scale_rule=self.scale_rule)
             rc, rs = sim_quantize("mxfp4", q_sim, self.scale_rule)
             assert_equal_bits("q codes", env.numpy(codes), rc)
             assert_equal_bits("q scales", env.numpy(scales), rs)
             return Outcome()
         w = rng.standard_normal((self.tokens, self.heads)).astype(np.float32)
-        values, folded = env.call("quantize_q_fp8", q_t, env.tensor(w))
+        values, folded = env.hw.quantize_q_fp8(q_t, env.tensor(w))
         rv, rs = sim_quantize("fp8", q_sim)
         assert_equal_bits("q e4m3 values", env.numpy(values), rv)
         # A float product, not stored bytes: any NaN stands for NaN (GPUs produce their own canonical NaN).
@@ -587,10 +576,10 @@ class GatherCase(PagedCase):
         kv = self.paged_kv(rng, self.seq_lens)
         cu = np.concatenate([[0], np.cumsum(self.seq_lens)]).astype(np.int32)
         pool_t = env.tensor(kv.pool)
-        values, scales = env.call("cp_gather_indexer_k_quant_cache", torch_cache_view(pool_t, kv.geom),
-                                  env.tensor(kv.block_table), env.tensor(cu), layout=kv.geom.layout)
-        read = sim_api("layout", "read_tokens")
-        ref = [read(kv.pool, kv.geom, kv.block_table[b], n) for b, n in enumerate(self.seq_lens)]
+        values, scales = env.hw.cp_gather_indexer_k_quant_cache(torch_cache_view(pool_t, kv.geom),
+                                                                env.tensor(kv.block_table), env.tensor(cu),
+                                                                layout=kv.geom.layout)
+        ref = [sim_layout.read_tokens(kv.pool, kv.geom, kv.block_table[b], n) for b, n in enumerate(self.seq_lens)]
         assert_equal_bits("gathered values", env.numpy(values), np.concatenate([r[0] for r in ref]))
         assert_equal_bits("gathered scales", env.numpy(scales), np.concatenate([r[1] for r in ref]))
         return Outcome(note=f"{int(cu[-1])} tokens")
@@ -617,20 +606,20 @@ class PrefillCase(FormatCase):
         if self.nan_k:
             xk[SK // 2, :MX_BLOCK] = np.nan
         kv_v, kv_s = sim_quantize(self.kv_dtype, xk)
-        k64 = sim_api("scorer", "dequantize_kv")(kv_v, kv_s)
+        k64 = sim_scorer.dequantize_kv(kv_v, kv_s)
         ke = np.minimum(SK - S + 1 + np.arange(S), SK).clip(0) if self.ranges == "causal" else \
             rng.integers(0, SK + 1, S)
         ks = np.zeros(S, np.int64) if self.ranges == "causal" else rng.integers(0, ke + 1)
         if self.ranges == "empty":
             ks[::2] = ke[::2]
         ks, ke = ks.astype(np.int32), ke.astype(np.int32)
-        out = env.call("fp8_fp4_mqa_logits", pair_as_torch(self.kv_dtype, qv, qs, env.device),
-                       pair_as_torch(self.kv_dtype, kv_v, kv_s, env.device), env.tensor(wk), env.tensor(ks),
-                       env.tensor(ke), clean_logits=self.clean_logits)
-        ref = sim_api("scorer", "prefill_logits")(q64, k64, wk, ks, ke, clean_logits=True)
+        out = env.hw.fp8_fp4_mqa_logits(pair_as_torch(self.kv_dtype, qv, qs, env.device),
+                                        pair_as_torch(self.kv_dtype, kv_v, kv_s, env.device), env.tensor(wk),
+                                        env.tensor(ks), env.tensor(ke), clean_logits=self.clean_logits)
+        ref = sim_scorer.prefill_logits(q64, k64, wk, ks, ke, clean_logits=True)
         u = declared_unit_roundoff(env, self.kv_dtype)
-        bound = sim_api("scorer", "prefill_error_bound")(
-            q64, k64, wk, ks, ke, n_roundings=sim_api("scorer", "dot_product_roundings")(self.kv_dtype, D), u=u)
+        n = declared_roundings(env, self.kv_dtype, D, "prefill")
+        bound = sim_scorer.prefill_error_bound(q64, k64, wk, ks, ke, n_roundings=n, u=u)
         cols = np.arange(SK)[None, :]
         visible = None if self.clean_logits else (cols >= ks[:, None]) & (cols < ke[:, None])
         return Outcome(worst_ratio=check_scorer("prefill logits", env.numpy(out), ref, bound, visible),
@@ -672,17 +661,17 @@ def score_paged(env: Env, kv: PagedKV, qv, qs, q64, wk, ctx32, next_n: int, widt
     geom, table = kv.geom, kv.block_table
     N = q64.shape[1]
     ctx_t = env.tensor(ctx32)
-    meta = env.call("get_paged_mqa_logits_metadata", ctx_t, geom.page_size, env.num_sms)
+    meta = env.hw.get_paged_mqa_logits_metadata(ctx_t, geom.page_size, env.num_sms)
     pool_t = env.tensor(kv.pool) if pool_t is None else pool_t
-    out = env.call("fp8_fp4_paged_mqa_logits", pair_as_torch(geom.kv_dtype, qv, qs, env.device),
-                   torch_cache_view(pool_t, geom),
-                   env.tensor(wk), ctx_t, env.tensor(table), meta, width, clean_logits=clean_logits,
-                   layout=geom.layout)
+    out = env.hw.fp8_fp4_paged_mqa_logits(pair_as_torch(geom.kv_dtype, qv, qs, env.device),
+                                          torch_cache_view(pool_t, geom), env.tensor(wk), ctx_t, env.tensor(table),
+                                          meta, width, clean_logits=clean_logits, layout=geom.layout)
     args = (q64, kv.pool, geom, wk, ctx32, table, width)
-    ref = sim_api("scorer", "decode_logits")(*args, clean_logits=True)
+    ref = sim_scorer.decode_logits(*args, clean_logits=True)
     u = declared_unit_roundoff(env, geom.kv_dtype)
-    bound = sim_api("scorer", "decode_error_bound")(*args, u=u)
-    visible_n = sim_api("scorer", "decode_visible")(ctx32, N, width, table.shape[1], geom.page_size)
+    n = declared_roundings(env, geom.kv_dtype, geom.head_dim, "decode")
+    bound = sim_scorer.decode_error_bound(*args, n_roundings=n, u=u)
+    visible_n = sim_scorer.decode_visible(ctx32, N, width, table.shape[1], geom.page_size)
     visible = None if clean_logits else np.arange(width)[None, :] < np.asarray(visible_n)[:, None]
     ratio = check_scorer("decode logits", env.numpy(out), ref, bound, visible)
     return Outcome(worst_ratio=ratio, note=" ".join(filter(None, [f"{int(np.sum(visible_n))} visible logits",
@@ -711,8 +700,8 @@ class TopKCase(Case):
             logits[hit] = rng.choice(specials, int(hit.sum()))
             lengths[: min(R, 4)] = [0, 1, self.k - 1, W][: min(R, 4)]
         lengths = lengths.astype(np.int32)
-        out = env.call("top_k_per_row", env.tensor(logits), env.tensor(lengths), self.k)
-        ref = sim_api("topk", "top_k")(logits, self.k, ends=lengths)
+        out = env.hw.top_k_per_row(env.tensor(logits), env.tensor(lengths), self.k)
+        ref = sim_topk.top_k(logits, self.k, ends=lengths)
         assert_equal_bits("top-k indices", env.numpy(out), np.asarray(ref, np.int32),
                           lambda i: f"row {i[0]} (length {lengths[i[0]]}), rank {i[1]}")
         return Outcome()
@@ -756,25 +745,25 @@ def build_large_pool(env: Env, *, kv_dtype: str = "mxfp4", layout: str | None = 
     """Write `tokens` tokens at the start of each boundary page, through the kernel and through sim."""
     rng = case_rng(seed)
     P = page_size
-    last_boundary = max(sim_api("addressing", "BOUNDARIES"))
+    last_boundary = max(sim_addressing.BOUNDARIES)
     num_pages = last_boundary // page_stride + 3
     geom = make_geometry(kv_dtype, layout, P, head_dim, num_pages, page_stride=page_stride)
     if geom.view_bytes <= last_boundary:
         raise Mismatch(f"fixture: a view of {geom.view_bytes} bytes does not pass {last_boundary}")
     crossings = [(int(c.boundary), int(c.first_page)) for c in
-                 sim_api("addressing", "boundary_report")(geom).crossings]
+                 sim_addressing.boundary_report(geom).crossings]
     sentinels = block_table_sentinels(num_pages)
     table = np.array([[page, sentinels[0], sentinels[1]] for _, page in crossings], np.int32)
     slots = np.concatenate([[-1], (table[:, :1].astype(np.int64) * P + np.arange(tokens)).reshape(-1)])
     x = random_values(rng, (slots.size, head_dim))
-    sim_pool = sim_api("layout", "new_pool")(geom, fill=0)
+    sim_pool = sim_layout.new_pool(geom, fill=0)
     pool_t = (env.torch.zeros(geom.pool_bytes, dtype=env.torch.uint8, device="cuda") if env.device == "cuda"
               else env.torch.from_numpy(np.zeros(geom.pool_bytes, np.uint8)))
     k_t, k_sim = to_input(env, x, "bf16")
-    env.call("indexer_k_quant_and_cache", k_t, torch_cache_view(pool_t, geom), env.tensor(slots),
-             kv_dtype=kv_dtype, layout=geom.layout, scale_rule="rceil")
+    env.hw.indexer_k_quant_and_cache(k_t, torch_cache_view(pool_t, geom), env.tensor(slots), kv_dtype=kv_dtype,
+                                     layout=geom.layout, scale_rule="rceil")
     v, s = sim_quantize(kv_dtype, k_sim)
-    sim_api("layout", "write_tokens")(sim_pool, geom, slots, v, s)
+    sim_layout.write_tokens(sim_pool, geom, slots, v, s)
     return LargePool(geom, crossings, table, tokens, sim_pool, pool_t)
 
 
@@ -813,22 +802,19 @@ def check_large_gather(env: Env, lp: LargePool) -> list[BoundaryResult]:
     geom, n = lp.geom, lp.tokens
     B = len(lp.crossings)
     cu = (np.arange(B + 1) * n).astype(np.int32)
-    gv, gs = env.call("cp_gather_indexer_k_quant_cache", torch_cache_view(lp.pool_t, geom),
-                      env.tensor(lp.block_table), env.tensor(cu), layout=geom.layout)
+    gv, gs = env.hw.cp_gather_indexer_k_quant_cache(torch_cache_view(lp.pool_t, geom), env.tensor(lp.block_table),
+                                                    env.tensor(cu), layout=geom.layout)
     gv, gs = env.numpy(gv), env.numpy(gs)
-    read = sim_api("layout", "read_tokens")
-    read_as = sim_api("addressing", "read_tokens_as")
-    model = sim_api("addressing", "AddressModel")
-    uint32 = sim_api("addressing", "UINT32")
+    model = sim_addressing.AddressModel
     results = []
     for b, (boundary, page) in enumerate(lp.crossings):
         rows = slice(b * n, (b + 1) * n)
-        rv, rs = read(lp.sim_pool, geom, lp.block_table[b], n)
+        rv, rs = sim_layout.read_tokens(lp.sim_pool, geom, lp.block_table[b], n)
         assert_equal_bits(f"gathered values on page {page} (past {boundary})", gv[rows], rv)
         assert_equal_bits(f"gathered scales on page {page} (past {boundary})", gs[rows], rs)
         differs, faulted = {}, False
         for m in (model.INT32_WRAP, model.BUFFER_U32):
-            mv, ms, mf = read_as(lp.sim_pool, geom, lp.block_table[b], n, m)
+            mv, ms, mf = sim_addressing.read_tokens_as(lp.sim_pool, geom, lp.block_table[b], n, m)
             differs[m] = bool(np.any(_bits(mv) != _bits(gv[rows])) or np.any(_bits(ms) != _bits(gs[rows])))
             faulted |= m == model.INT32_WRAP and bool(np.any(mf))
         results.append(BoundaryResult(boundary, page, page * geom.page_stride, differs[model.INT32_WRAP],
@@ -836,7 +822,7 @@ def check_large_gather(env: Env, lp: LargePool) -> list[BoundaryResult]:
         if not differs[model.INT32_WRAP]:
             raise Mismatch(f"page {page} (past {boundary}): the int32_wrap model predicts the bytes the kernel "
                            "read, so this fixture cannot tell a rebased kernel from a wrapping one")
-        if page * geom.page_stride >= uint32 and not differs[model.BUFFER_U32]:
+        if page * geom.page_stride >= sim_addressing.UINT32 and not differs[model.BUFFER_U32]:
             raise Mismatch(f"page {page} (past 2^32): the buffer_u32 model predicts the bytes the kernel read")
     return results
 
@@ -1005,8 +991,6 @@ def run_case(case: Case, env: Env) -> CaseResult:
     try:
         outcome = case.run(env)
         status, ratio, detail = PASS, outcome.worst_ratio, outcome.note
-    except Unavailable as e:
-        status, detail = UNAVAILABLE, str(e)
     except Mismatch as e:
         status, detail = FAIL, str(e)
     except Exception as e:  # a crash is a failure of the case, reported with its type

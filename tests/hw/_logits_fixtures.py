@@ -1,14 +1,15 @@
 """Query/key fixtures shared by the hw scorer tests (test_logits_prefill.py, test_logits_decode.py).
 
 The sim side (quantization, FP8 weight folding, exact float64 dequantization) is tools.difftest's; this module
-adds what only these tests vary: the MXFP4 dot path, the int32 scale packing and the torch device.
+adds what only these tests vary: the MXFP4 dot path, the int32 scale packing and the torch device. The n and u of
+each bound are hw.logits's declarations (dot_product_roundings, accumulation_unit_roundoff) for the path forced here.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from sim.formats import E4M3_NAN, E8M0_NAN
+from sim.formats import E4M3_NAN, E8M0_BIAS, E8M0_NAN
 from tools.difftest import pair_as_torch, sim_quantize_q
 
 #: MXFP4 dot paths each accuracy case runs (unpack_ptx: inline PTX, NVIDIA GPUs only).
@@ -28,10 +29,27 @@ def mx_path(monkeypatch, path: str | None) -> None:
         monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
 
 
-def n_roundings(kv_format: str, head_dim: int, path: str | None) -> int:
-    """Roundings in one q.k of the path that runs (DESIGN §4): the unpack path adds D/32 exact block sums in fp32;
-    FP8 and dot_scaled (the interpreter multiplies out the scales; Hopper decomposes to bf16 MMA) sum D products."""
-    return head_dim // 32 if kv_format != "fp8" and path in ("unpack", "unpack_ptx") else head_dim
+ADVERSARIAL_HEAD_DIM = 128
+ADVERSARIAL_TINY_EXP = -26      # 2^-26 < half an ulp of 1.0 (2^-24): lost when added to 1.0 in fp32
+
+
+def adversarial_key():
+    """The reviewer's key that separates n = D from n = D/32 (DESIGN §4), D = 128, H = 1, one token:
+    q all 1.0; the key has 1.0 at element 0 (the rest of block 0 zero) and 2^-26 in all 96 elements of blocks 1..3,
+    so q.k = 1 + 96 * 2^-26. Summed one product at a time in fp32 from element 0 every 2^-26 is lost (result 1.0,
+    error 1.43e-6); exact 32-element block sums (2^-21 each) are kept.
+
+    Returns (q codes uint8 [1, 1, 1, D/2], q scales uint8 [1, 1, 1, D/32], k codes uint8 [1, D/2],
+    k scales uint8 [1, D/32]); index q[0] for the prefill [S, H, ...] shape."""
+    D = ADVERSARIAL_HEAD_DIM
+    one_both_nibbles = 0x22                                       # e2m1 code 2 = 1.0 in the low and high nibble
+    q_codes = np.full((1, 1, 1, D // 2), one_both_nibbles, np.uint8)
+    q_scales = np.full((1, 1, 1, D // 32), E8M0_BIAS, np.uint8)   # 2^0
+    k_codes = np.full((1, D // 2), one_both_nibbles, np.uint8)
+    k_codes[0, :16] = 0
+    k_codes[0, 0] = 0x02                                          # element 0 (low nibble) = 1.0
+    k_scales = np.array([[E8M0_BIAS] + [E8M0_BIAS + ADVERSARIAL_TINY_EXP] * 3], np.uint8)
+    return q_codes, q_scales, k_codes, k_scales
 
 
 def quantize_queries(kv_format: str, q: np.ndarray, weights: np.ndarray, device, *, int32_scales: bool = False):

@@ -92,7 +92,8 @@ LAUNCHERS = (
              (("hw.logits", "paged_logits_kernel"),)),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in
-              ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_paged_mqa_logits")]
+              ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_mqa_logits",
+               "fp8_fp4_paged_mqa_logits")]
 
 
 def _map_tensors(args: dict, fn) -> dict:

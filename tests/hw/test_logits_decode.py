@@ -15,10 +15,11 @@ import torch
 
 import hw
 from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff
+from hw.logits import accumulation_unit_roundoff, dot_product_roundings, kernels_interpreted
 import sim.layout
 from sim import scorer
-from tests.hw._logits_fixtures import case_paths, mx_path, n_roundings, poison_key, quantize_queries
+from tests.hw._logits_fixtures import (ADVERSARIAL_HEAD_DIM, adversarial_key, case_paths, mx_path, poison_key,
+                                      quantize_queries)
 from tools.difftest import case_rng, host_to_device, make_geometry, sim_quantize, torch_cache_view
 
 pytestmark = pytest.mark.interp
@@ -155,7 +156,8 @@ def check_paged_case(case: DecodeCase, path, device, monkeypatch):
     assert out.shape == (rows, case.max_context_len) and out.dtype == torch.float32
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
     bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
-                                      n_roundings=n_roundings(case.kv_format, case.head_dim, path),
+                                      n_roundings=dot_product_roundings(case.kv_format, case.head_dim, device,
+                                                                        "decode"),
                                       u=accumulation_unit_roundoff(case.kv_format, device))
     visible = None if case.clean else scorer.visible_mask(_visible(case), case.max_context_len)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), ref, bound, visible=visible)
@@ -175,6 +177,7 @@ def test_schedule_with_more_programs_than_pages(device):
     out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
     bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
+                                      n_roundings=dot_product_roundings("fp8", case.head_dim, device, "decode"),
                                       u=accumulation_unit_roundoff("fp8", device))
     scorer.assert_logits_within_bound(out, ref, bound)
 
@@ -275,3 +278,37 @@ def test_paged_base_args_are_accepted(device):
     """The rejection table's base arguments are valid (so each rejection is caused by its one change)."""
     out = hw.fp8_fp4_paged_mqa_logits(**_base_args(device))
     assert out.shape == (4, 32)
+
+
+@pytest.mark.parametrize("path", ["unpack", "dot_scaled"])
+def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch):
+    """The decode side of test_logits_prefill's adversarial-key test: unpack within n = D/32; dot_scaled within
+    its declared n = D, and (interpreted, where the result is exactly 1.0) outside n = D/32."""
+    mx_path(monkeypatch, path)
+    q_codes, q_scales, k_codes, k_scales = adversarial_key()
+    D, P = ADVERSARIAL_HEAD_DIM, 16
+    geom = make_geometry("mxfp4", None, P, D, 2)
+    pool = sim.layout.new_pool(geom, fill=0xFF)
+    sim.layout.write_tokens(pool, geom, np.array([P]), k_codes, k_scales)     # page 1, slot 0
+    ctx, table, w = np.ones(1, np.int32), np.array([[1, SENTINELS[0]]], np.int32), np.ones((1, 1), np.float32)
+    ctx_t = torch.from_numpy(ctx).to(device)
+    meta = hw.get_paged_mqa_logits_metadata(ctx_t, P, 1)
+    out = hw.fp8_fp4_paged_mqa_logits((torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device)),
+                                      torch_cache_view(host_to_device(pool, device), geom),
+                                      torch.from_numpy(w).to(device), ctx_t, torch.from_numpy(table).to(device),
+                                      meta, 1, clean_logits=True).cpu().numpy()
+    args = (scorer.dequantize_q(q_codes, q_scales), pool, geom, w, ctx, table, 1)
+    ref = scorer.decode_logits(*args)
+    assert ref[0, 0] == 1 + 96 * 2.0 ** -26
+    n = dot_product_roundings("mxfp4", D, device, "decode")
+    u = accumulation_unit_roundoff("mxfp4", device)
+    assert n == (D // 32 if path == "unpack" else D)
+    err = abs(float(out[0, 0]) - ref[0, 0])
+    block_bound = scorer.decode_error_bound(*args, n_roundings=D // 32, u=u)[0, 0]
+    declared_bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)[0, 0]
+    assert err <= declared_bound, f"{path}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
+    if path == "unpack":
+        assert err <= block_bound, f"unpack: error {err:.3g} > the n = D/32 bound {block_bound:.3g}"
+    elif kernels_interpreted():
+        assert out[0, 0] == 1.0 and err > block_bound, \
+            f"dot_scaled: {out[0, 0]!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from integration.config import IndexerConfig
-from integration.gates import GATES, IndexerGeometry, Platform, decide, parse_version
+from integration.gates import GATES, IndexerGeometry, Platform, check_triton, decide, parse_version
 
 MXFP4 = IndexerConfig("mxfp4")
 TILED = IndexerConfig("mxfp4", "mxfp4_tiled")
@@ -44,7 +44,7 @@ FALLBACKS = [
     FallbackCase("cpu-no-interpreter", "architecture", "TRITON_INTERPRET=1", Platform("cpu", "cpu", "3.9.0", False)),
     FallbackCase("hopper-old-triton", "triton", "triton 3.2.0 is too old: tl.dot_scaled in compiled backends needs "
                  "triton >= 3.3", Platform("cuda", "sm_90", "3.2.0", False)),
-    FallbackCase("interpreter-old-triton", "triton", "in the CPU interpreter needs triton >= 3.8",
+    FallbackCase("interpreter-old-triton", "triton", "in the Triton interpreter needs triton >= 3.8",
                  Platform("cpu", "cpu", "3.7.1", True)),
     FallbackCase("tiled-head-dim", "geometry", "multiple of 128, got 64", config=TILED,
                  geometry=IndexerGeometry(8, 64, 64)),
@@ -128,14 +128,54 @@ def test_platform_detect_on_the_cpu(monkeypatch):
     change what the kernels can run on."""
     import triton
 
-    from hw._checks import kernels_interpreted
+    from hw._checks import kernels_interpreted as kernel_interpreted
+    from hw.logits import kernels_interpreted
     from hw.quant import q_quant_mxfp4_kernel
 
-    defined_interpreted = kernels_interpreted(q_quant_mxfp4_kernel)
+    defined_interpreted = kernels_interpreted()
+    assert defined_interpreted == kernel_interpreted(q_quant_mxfp4_kernel)   # one TRITON_INTERPRET for all of hw
     for setting in ("1", "0"):
         monkeypatch.setenv("TRITON_INTERPRET", setting)
         assert Platform.detect("cpu") == Platform("cpu", "cpu", triton.__version__, defined_interpreted)
     assert Platform.detect("cpu").interpreter == (not torch.cuda.is_available())   # conftest's choice
+
+
+@dataclass(frozen=True)
+class TritonCase:
+    """check_triton on one platform: the interpreter's tl.dot_scaled needs 3.8 whatever the device, compiled
+    backends 3.3 (the device type alone does not decide)."""
+
+    version: str
+    device_type: str
+    interpreter: bool
+    passes: bool
+
+    def __str__(self):
+        return f"{self.version}-{self.device_type}-{'interp' if self.interpreter else 'compiled'}"
+
+
+TRITON_CASES = [
+    TritonCase("3.8.0", "cpu", True, True),
+    TritonCase("3.7.9", "cpu", True, False),
+    TritonCase("3.6.0", "cuda", True, False),      # interpreted kernels on a GPU machine: still the interpreter
+    TritonCase("3.8.0+git12", "cuda", True, True),
+    TritonCase("3.3.0", "cuda", False, True),
+    TritonCase("3.2.9", "cuda", False, False),
+    TritonCase("3.3.0", "cpu", False, True),       # compiled kernels: the compiled rule (the arch gate rejects it)
+    TritonCase("3.2.0", "cpu", False, False),
+]
+
+
+@pytest.mark.parametrize("case", TRITON_CASES, ids=str)
+def test_triton_gate_follows_the_interpreter_flag(case: TritonCase):
+    reason = check_triton(Platform(case.device_type, case.device_type, case.version, case.interpreter))
+    if case.passes:
+        assert reason is None, reason
+    else:
+        need = "3.8" if case.interpreter else "3.3"
+        where = "the Triton interpreter" if case.interpreter else "compiled backends"
+        assert reason == (f"triton {case.version} is too old: tl.dot_scaled in {where} needs triton >= {need}"), \
+            reason
 
 
 def test_parse_version():

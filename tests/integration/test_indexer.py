@@ -296,3 +296,23 @@ def test_hook_decode_with_next_n_2(case: HookCase, device):
     assert visible.tolist() == [page + 4, page + 5, 1, 2]
     assert_topk_within_bound(got, sim_scorer.decode_logits(*args),
                              sim_scorer.decode_error_bound(*args, n_roundings=dim), visible, TOP_K, "decode N=2")
+
+
+@pytest.mark.parametrize("kv_dtype, head_dim, bytes_per_token, message", [
+    ("fp8", 96, 100, "power-of-two head dim"),        # a cache the writer could fill but no scorer can read
+    ("mxfp4", 128, 132, "bytes_per_token|must have shape"),   # an FP8-sized cache handed to an MXFP4 hook
+])
+def test_a_call_the_scorers_refuse_never_writes_the_cache(kv_dtype, head_dim, bytes_per_token, message, device):
+    page, pages = 16, 4
+    pool = torch.full((pages * page * bytes_per_token,), 0xFF, dtype=torch.uint8, device=device)
+    view = pool.as_strided((pages, page, 1, bytes_per_token), (page * bytes_per_token, bytes_per_token,
+                                                               bytes_per_token, 1))
+    config = IndexerConfig(kv_dtype)
+    hook = SparseIndexer(GateDecision(config, config, None, "test"), view, top_k=4, max_context_len=32)
+    q = torch.ones(3, 2, head_dim, dtype=torch.bfloat16, device=device)
+    k = torch.ones(3, head_dim, dtype=torch.bfloat16, device=device)
+    w = torch.ones(3, 2, device=device)
+    bt = torch.tensor([[0, 1]], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=message):
+        hook(q, k, w, PrefillMetadata(torch.arange(3, device=device), bt, (3,), (3,)))
+    assert bool((pool == 0xFF).all())

@@ -97,3 +97,23 @@ def test_cached_per_device_not_per_spelling(fresh_cache, monkeypatch):
 def test_a_device_that_is_not_there_fails_the_check(fresh_cache):
     reason = selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, "cuda")
     assert reason is not None and "while running the MXFP4 kernels" in reason
+
+
+@pytest.mark.parametrize("path, n", [("unpack", GEOMETRY.head_dim // 32), ("dot_scaled", GEOMETRY.head_dim)])
+def test_the_bound_uses_hw_declared_roundings(path, n, device, fresh_cache, monkeypatch):
+    """n of the fp32 bound is hw.logits.dot_product_roundings for the path the launch takes (MXIDX_MXFP4_PATH
+    included), per kernel and on the check's device: D/32 on unpack, D on dot_scaled."""
+    monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
+    asked = []
+    real = hw.logits.dot_product_roundings
+
+    def recording(kv_format, head_dim, dev, kernel):
+        asked.append((kv_format, head_dim, torch.device(dev), kernel, real(kv_format, head_dim, dev, kernel)))
+        return asked[-1][-1]
+
+    monkeypatch.setattr(hw.logits, "dot_product_roundings", recording)
+    assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device) is None
+    want_device = torch.device(device)
+    if want_device.type == "cuda" and want_device.index is None:
+        want_device = torch.device("cuda", torch.cuda.current_device())
+    assert asked == [("mxfp4", GEOMETRY.head_dim, want_device, kernel, n) for kernel in ("decode", "prefill")]

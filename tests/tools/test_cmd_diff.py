@@ -80,7 +80,9 @@ def test_planted_scorer_error_fails(device, monkeypatch):
 
     def off_by_a_little(*args, **kw):
         out = real(*args, **kw)
-        out[-1, 0] *= 1 + 1e-4      # row 3 (context 40) column 0 is visible; 1e-4 relative >> the fp32 bound
+        # row 3 (context 40) column 0 is visible; 1e-2 relative is far outside the fp32 bound, whose
+        # gamma = (n + H + 2) 2^-24 is < 1e-5 even with the interpreter's dot_scaled n = D
+        out[-1, 0] *= 1 + 1e-2
         return out
 
     monkeypatch.setattr(hw, "fp8_fp4_paged_mqa_logits", off_by_a_little)
@@ -112,15 +114,35 @@ def test_planted_topk_swap_fails(device, monkeypatch):
     assert code == 1 and r["status"] == difftest.FAIL and "row 0" in r["detail"]
 
 
-@pytest.mark.parametrize("error", [NotImplementedError, RuntimeError])
-def test_missing_or_crashing_kernel_is_a_failure(device, monkeypatch, error):
+@pytest.mark.parametrize("error", [NotImplementedError, RuntimeError, ValueError])
+def test_a_raising_kernel_fails_its_case_with_the_exception(device, monkeypatch, error):
     def broken(*args, **kw):
         raise error("planted")
 
     monkeypatch.setattr(hw, "cp_gather_indexer_k_quant_cache", broken)
     code, results = run_json(device, "gather-fp8-D64-P16")
-    want = difftest.UNAVAILABLE if error is NotImplementedError else difftest.FAIL
-    assert code == 1 and results["gather-fp8-D64-P16"]["status"] == want
+    r = results["gather-fp8-D64-P16"]
+    assert code == 1 and r["status"] == difftest.FAIL and r["detail"] == f"{error.__name__}: planted"
+
+
+@pytest.mark.parametrize("path, kernel, name", [
+    ("unpack", "prefill", "prefill-mxfp4-H3-D64"), ("dot_scaled", "prefill", "prefill-mxfp4-H3-D64"),
+    ("unpack", "decode", "decode-mxfp4-D64-P16-H3"), ("dot_scaled", "decode", "decode-mxfp4-D64-P16-H3")])
+def test_scorer_bounds_use_hw_declared_roundings(device, monkeypatch, path, kernel, name):
+    """n of each scorer case's bound is hw.logits.dot_product_roundings for the path that runs (D/32 on unpack,
+    D on dot_scaled), not one n for every path."""
+    monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
+    asked = []
+    real = hw.logits.dot_product_roundings
+
+    def recording(kv_format, head_dim, dev, which):
+        asked.append((kv_format, head_dim, which, real(kv_format, head_dim, dev, which)))
+        return asked[-1][-1]
+
+    monkeypatch.setattr(hw.logits, "dot_product_roundings", recording)
+    code, results = run_json(device, name)
+    assert code == 0 and results[name]["status"] == difftest.PASS, results[name]
+    assert asked == [("mxfp4", 64, kernel, 2 if path == "unpack" else 64)]
 
 
 def test_hostile_values_reach_the_edges():
