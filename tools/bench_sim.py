@@ -30,6 +30,15 @@ def _best(fn, repeats=REPEATS) -> float:
     return best
 
 
+def _verify_row(rng):
+    """Cache verification over a 1.07 GiB mxfp4 pool of random bytes (freed on return)."""
+    big = layout.PageGeometry("mxfp4", 64, 128, num_pages=1 << 18)
+    big_pool = layout.new_pool(big, fill=0)
+    big_pool[:] = rng.integers(0, 255, size=big_pool.size, dtype=np.uint8)
+    t_nb = _best(lambda: verify.verify_cache(big_pool, big), repeats=2)
+    return f"verify a {big_pool.nbytes / 2**30:.2f} GiB mxfp4 cache", "MB/s", None, big_pool.nbytes / t_nb / 1e6
+
+
 def _rows(rng):
     rows = []
     x = (rng.standard_normal((1 << 17, 128)) * 3).astype(np.float32)  # 16.8 M elements
@@ -63,12 +72,7 @@ def _rows(rng):
     t_nb = _best(lambda: fast_layout.read_tokens(pool_nb, geom, table, tokens))
     rows.append(("pool read through block table (mxfp4)", "MB/s", nbytes / t_np / 1e6, nbytes / t_nb / 1e6))
 
-    big = layout.PageGeometry("mxfp4", 64, 128, num_pages=1 << 18)  # 1.07 GiB of pages
-    big_pool = layout.new_pool(big, fill=0)
-    big_pool[:] = rng.integers(0, 255, size=big_pool.size, dtype=np.uint8)
-    t_nb = _best(lambda: verify.verify_cache(big_pool, big), repeats=2)
-    rows.append((f"verify a {big_pool.nbytes / 2**30:.2f} GiB mxfp4 cache", "MB/s", None, big_pool.nbytes / t_nb / 1e6))
-    del big_pool
+    rows.append(_verify_row(rng))
 
     dgeom = layout.PageGeometry("mxfp4", 64, 128, num_pages=8 * 64)
     dpool = layout.new_pool(dgeom)
@@ -94,7 +98,7 @@ def main(argv=None):
     parser.add_argument("--out", help="write a markdown report here")
     args = parser.parse_args(argv)
     rows = _rows(np.random.default_rng(0))
-    lines = [f"| hot path | unit | NumPy oracle | Numba | speed-up |", "|---|---|---|---|---|"]
+    lines = ["| hot path | unit | NumPy oracle | Numba | speed-up |", "|---|---|---|---|---|"]
     for name, unit, r_np, r_nb in rows:
         np_txt = "—" if r_np is None else f"{r_np:,.1f}"
         up = "—" if r_np is None else f"{r_nb / r_np:,.0f}x"

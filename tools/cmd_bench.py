@@ -46,21 +46,34 @@ def _graph_time_us(fns, *, inner: int, replays: int) -> float:
     return statistics.median(times)
 
 
-def _ceilings(inner: int, replays: int) -> dict:
-    """Device-to-device copy bandwidth (bytes read + written) and bf16 / fp8 matmul rates on 8192^3."""
+COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
+MATMUL_N = 8192
+
+
+def _copy_GBps(inner: int, replays: int) -> float:
+    """Device-to-device copy bandwidth, bytes read + written."""
     import torch
 
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    copy_us = _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays)
-    m = 8192
-    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
-    bf16_us = _graph_time_us([lambda: a @ b], inner=2, replays=replays)
-    out = {"copy_GBps": 2 * n / copy_us / 1e3, "bf16_TFLOPs": 2 * m**3 / bf16_us / 1e6}
-    del src, dst, a, b
-    torch.cuda.empty_cache()
+    return 2 * COPY_BYTES / _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays) / 1e3
+
+
+def _bf16_TFLOPs(replays: int) -> float:
+    """bf16 matmul rate on MATMUL_N^3 random operands."""
+    import torch
+
+    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+    return 2 * MATMUL_N**3 / _graph_time_us([lambda: a @ b], inner=2, replays=replays) / 1e6
+
+
+def _ceilings(inner: int, replays: int) -> dict:
+    """The machine's ceilings measured in this run: copy bandwidth and the bf16 matmul rate."""
+    import torch
+
+    out = {"copy_GBps": _copy_GBps(inner, replays), "bf16_TFLOPs": _bf16_TFLOPs(replays)}
+    torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
     return out
 
 

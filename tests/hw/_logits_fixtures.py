@@ -69,3 +69,24 @@ def poison_key(kv_format: str, values: np.ndarray, scales: np.ndarray, token: in
         scales[token] = np.nan
     else:
         scales[token, block] = E8M0_NAN
+
+
+def check_adversarial_key(path: str, kernel: str, got: float, want: float, bound_with, device) -> None:
+    """The adversarial key's logit `got` against the float64 `want`: within the bound of the n that hw declares for
+    `path` (bound_with(n) -> bound), the n = D/32 bound too on the exact unpack path; in the interpreter,
+    tl.dot_scaled's fp32 sum drops the 96 tiny products and breaks the D/32 bound (why it declares n = D)."""
+    from hw.logits import accumulation_unit_roundoff, dot_product_roundings, kernels_interpreted
+
+    D = ADVERSARIAL_HEAD_DIM
+    assert want == 1 + 96 * 2.0 ** ADVERSARIAL_TINY_EXP
+    n = dot_product_roundings("mxfp4", D, device, kernel)
+    u = accumulation_unit_roundoff("mxfp4", device)
+    assert n == (D // 32 if path == "unpack" else D)
+    err = abs(got - want)
+    block_bound, declared_bound = bound_with(D // 32, u), bound_with(n, u)
+    assert err <= declared_bound, f"{path}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
+    if path == "unpack":
+        assert err <= block_bound, f"unpack: error {err:.3g} > the n = D/32 bound {block_bound:.3g}"
+    elif kernels_interpreted():
+        assert got == 1.0 and err > block_bound, \
+            f"dot_scaled: {got!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"

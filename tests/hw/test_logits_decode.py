@@ -15,11 +15,11 @@ import torch
 
 import hw
 from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff, dot_product_roundings, kernels_interpreted
+from hw.logits import accumulation_unit_roundoff, dot_product_roundings
 import sim.layout
 from sim import scorer
-from tests.hw._logits_fixtures import (ADVERSARIAL_HEAD_DIM, adversarial_key, case_paths, mx_path, poison_key,
-                                      quantize_queries)
+from tests.hw._logits_fixtures import (ADVERSARIAL_HEAD_DIM, adversarial_key, case_paths, check_adversarial_key,
+                                      mx_path, poison_key, quantize_queries)
 from tools.difftest import case_rng, host_to_device, make_geometry, sim_quantize, torch_cache_view
 
 pytestmark = pytest.mark.interp
@@ -298,17 +298,5 @@ def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch
                                       torch.from_numpy(w).to(device), ctx_t, torch.from_numpy(table).to(device),
                                       meta, 1, clean_logits=True).cpu().numpy()
     args = (scorer.dequantize_q(q_codes, q_scales), pool, geom, w, ctx, table, 1)
-    ref = scorer.decode_logits(*args)
-    assert ref[0, 0] == 1 + 96 * 2.0 ** -26
-    n = dot_product_roundings("mxfp4", D, device, "decode")
-    u = accumulation_unit_roundoff("mxfp4", device)
-    assert n == (D // 32 if path == "unpack" else D)
-    err = abs(float(out[0, 0]) - ref[0, 0])
-    block_bound = scorer.decode_error_bound(*args, n_roundings=D // 32, u=u)[0, 0]
-    declared_bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)[0, 0]
-    assert err <= declared_bound, f"{path}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
-    if path == "unpack":
-        assert err <= block_bound, f"unpack: error {err:.3g} > the n = D/32 bound {block_bound:.3g}"
-    elif kernels_interpreted():
-        assert out[0, 0] == 1.0 and err > block_bound, \
-            f"dot_scaled: {out[0, 0]!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"
+    check_adversarial_key(path, "decode", float(out[0, 0]), scorer.decode_logits(*args)[0, 0],
+                          lambda n, u: scorer.decode_error_bound(*args, n_roundings=n, u=u)[0, 0], device)

@@ -10,11 +10,11 @@ import torch
 
 import hw
 from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff, dot_product_roundings, kernels_interpreted
+from hw.logits import accumulation_unit_roundoff, dot_product_roundings
 from sim import scorer
 from sim.formats import E8M0_NAN
-from tests.hw._logits_fixtures import (ADVERSARIAL_HEAD_DIM, adversarial_key, case_paths, mx_path, poison_key,
-                                      quantize_queries)
+from tests.hw._logits_fixtures import (adversarial_key, case_paths, check_adversarial_key,
+                                      mx_path, poison_key, quantize_queries)
 from tools.difftest import case_rng, pair_as_torch, sim_quantize
 
 pytestmark = pytest.mark.interp
@@ -278,25 +278,13 @@ def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch
     q = (torch.from_numpy(q_codes[0]).to(device), torch.from_numpy(q_scales[0]).to(device))
     kv = (torch.from_numpy(k_codes).to(device), torch.from_numpy(k_scales).to(device))
     q64, k64 = scorer.dequantize_q(q_codes[0], q_scales[0]), scorer.dequantize_kv(k_codes, k_scales)
-    D = ADVERSARIAL_HEAD_DIM
     w = np.ones((1, 1), np.float32)
     ks, ke = np.zeros(1, np.int32), np.ones(1, np.int32)
     out = hw.fp8_fp4_mqa_logits(q, kv, torch.from_numpy(w).to(device), torch.from_numpy(ks).to(device),
                                 torch.from_numpy(ke).to(device)).cpu().numpy()
-    ref = scorer.prefill_logits(q64, k64, w, ks, ke)
-    assert ref[0, 0] == 1 + 96 * 2.0 ** -26
-    n = dot_product_roundings("mxfp4", D, device, "prefill")
-    u = accumulation_unit_roundoff("mxfp4", device)
-    assert n == (D // 32 if path == "unpack" else D)
-    err = abs(float(out[0, 0]) - ref[0, 0])
-    block_bound = scorer.prefill_error_bound(q64, k64, w, ks, ke, n_roundings=D // 32, u=u)[0, 0]
-    declared_bound = scorer.prefill_error_bound(q64, k64, w, ks, ke, n_roundings=n, u=u)[0, 0]
-    assert err <= declared_bound, f"{path}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
-    if path == "unpack":
-        assert err <= block_bound, f"unpack: error {err:.3g} > the n = D/32 bound {block_bound:.3g}"
-    elif kernels_interpreted():
-        assert out[0, 0] == 1.0 and err > block_bound, \
-            f"dot_scaled: {out[0, 0]!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"
+    check_adversarial_key(path, "prefill", float(out[0, 0]), scorer.prefill_logits(q64, k64, w, ks, ke)[0, 0],
+                          lambda n, u: scorer.prefill_error_bound(q64, k64, w, ks, ke, n_roundings=n, u=u)[0, 0],
+                          device)
 
 
 @dataclass(frozen=True)
