@@ -236,13 +236,13 @@ def _table(rows, columns):
 def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, topk_k, inner, replays, json_out):
     """Decode scorer (FP8; MXFP4 on each dot path; MXFP4 tiled), prefill scorer (FP8 vs MXFP4, full and causal) and
     top-k timings, against the copy bandwidth and the bf16 matmul rate measured in the same run."""
-    try:
-        choose_device("cuda")
-    except RuntimeError as err:
-        click.echo(f"mxidx bench: {err} (bench times GPU kernels; `mxidx diff --quick` checks them on the CPU)",
-                   err=True)
-        sys.exit(2)
     import torch
+
+    if not torch.cuda.is_available():
+        click.echo("mxidx bench times GPU kernels, but torch sees no GPU here; `mxidx diff --quick` checks the kernels "
+                   "on the CPU", err=True)
+        sys.exit(2)
+    choose_device("cuda")
     from hw.logits import MX_PATHS
 
     shape = dict(batch=batch, next_n=next_n, heads=heads, head_dim=head_dim, context=context, page_size=page_size)
