@@ -7,11 +7,9 @@ writer's (hw/_quant_details/page_offsets.py), so reader and writer cannot disagr
 import triton
 import triton.language as tl
 
-from .._quant_details.page_offsets import (fp8_scale_offsets, fp8_value_offsets, mxfp4_scale_offsets,
-                                           mxfp4_value_offsets)
+from .._quant_details.page_offsets import (MX_BLOCK, SCALE_BYTES, fp8_scale_offsets, fp8_value_offsets,
+                                           mxfp4_scale_offsets, mxfp4_value_offsets)
 
-MX_BLOCK = tl.constexpr(32)
-SCALE_BYTES = tl.constexpr(4)
 INT32_MAX = tl.constexpr(2**31 - 1)
 
 

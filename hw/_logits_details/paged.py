@@ -9,15 +9,17 @@ block-table entries and pages past a row's visible span are never touched; token
 are not read either.
 
 Addressing: page offset = page_id.to(int64) * page_stride (one 64-bit rebase per page) plus a 32-bit page-local
-offset (DESIGN §2, §3).
+offset (DESIGN §2, §3) from hw/_quant_details/page_offsets.py, the functions the writer and the gather use, so the
+scorer cannot read a layout the writer did not write.
 """
 import triton
 import triton.language as tl
 
+from .._quant_details.page_offsets import (fp8_scale_base, fp8_scale_token_offset, fp8_value_token_offset,
+                                           mxfp4_scale_base, mxfp4_scale_block_stride, mxfp4_scale_offset,
+                                           mxfp4_value_block_stride, mxfp4_value_token_offset)
 from .prefill import KV_MXFP4
 from .scoring import fp8_tile, mxfp4_tile, weighted_head_sum
-
-TILE_TOKEN_LANES = tl.constexpr(4)   # mxfp4_tiled: one 4-byte scale word holds tokens t, t + P/4, t + P/2, t + 3P/4
 
 
 @triton.jit
@@ -68,19 +70,11 @@ def paged_logits_kernel(
     t = tl.arange(0, PAGES_PER_STEP * P)      # token of the step
     t_page = t // P                           # its page within the step
     t_in = t % P                              # its page-local token
-    if KV_FORMAT == KV_MXFP4:
-        if TILED:   # DESIGN §2 mxfp4_tiled: block g of all P tokens is contiguous (16 bytes a token)
-            tl.static_assert((D // 128) * 128 == D, "mxfp4_tiled needs D % 128 == 0")
-            tl.static_assert((P // TILE_TOKEN_LANES) * TILE_TOKEN_LANES == P, "mxfp4_tiled needs P % 4 == 0")
-            k_loc_v = t_in * 16
-            k_blk_v = P * 16
-            k_loc_s = (t_in % (P // TILE_TOKEN_LANES)) * TILE_TOKEN_LANES + t_in // (P // TILE_TOKEN_LANES)
-            k_blk_s = P
-        else:       # block-planar: token t's D/2 code bytes, then (after all values) its D/32 scale bytes
-            k_loc_v = t_in * (D // 2)
-            k_blk_v = 16
-            k_loc_s = t_in * (D // 32)
-            k_blk_s = 1
+    if KV_FORMAT == KV_MXFP4:   # per-token offsets + per-block strides of the writer's layout (planar or tiled)
+        k_loc_v = mxfp4_value_token_offset(t_in, P, D, TILED)
+        k_blk_v = mxfp4_value_block_stride(P, TILED)
+        k_loc_s = mxfp4_scale_offset(t_in, 0, P, D, TILED)
+        k_blk_s = mxfp4_scale_block_stride(P, TILED)
 
     while (r < r_end) | ((r == r_end) & (c < c_end)):
         b = r.to(tl.int64)
@@ -99,13 +93,14 @@ def paged_logits_kernel(
                 scores = mxfp4_tile(q_v_ptr, q_s_ptr,
                                     b * stride_qv_b + m_n * stride_qv_n + m_head * stride_qv_h,
                                     b * stride_qs_b + m_n * stride_qs_n + m_head * stride_qs_h, m_ok,
-                                    cache_ptr, cache_ptr + P * (D // 2), page_off + k_loc_v, page_off + k_loc_s,
-                                    k_ok, k_blk_v, k_blk_s, D, MX_PATH)
+                                    cache_ptr, cache_ptr + mxfp4_scale_base(P, D), page_off + k_loc_v,
+                                    page_off + k_loc_s, k_ok, k_blk_v, k_blk_s, D, MX_PATH)
             else:
-                scale_ptr = (cache_ptr + page_off + P * D + 4 * t_in).to(tl.pointer_type(tl.float32))
+                scale_ptr = (cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))\
+                    .to(tl.pointer_type(tl.float32))
                 k_scale = tl.load(scale_ptr, mask=k_ok, other=1.0)
                 scores = fp8_tile(q_v_ptr, b * stride_qv_b + m_n * stride_qv_n + m_head * stride_qv_h, m_ok,
-                                  cache_ptr, page_off + t_in * D, k_ok, k_scale, D, PROMOTE_K)
+                                  cache_ptr, page_off + fp8_value_token_offset(t_in, D), k_ok, k_scale, D, PROMOTE_K)
             w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_head, mask=m_ok, other=0.0)
             logits = weighted_head_sum(scores, w, m_ok, N_PAD, H_PAD)
             out = out_ptr + (b * N + n)[:, None] * stride_out_r + tok[None, :]

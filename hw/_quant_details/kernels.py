@@ -10,10 +10,9 @@ import triton
 import triton.language as tl
 
 from .codecs import fp8_quantize_tile, mxfp4_quantize_tile
-from .page_offsets import fp8_scale_offsets, fp8_value_offsets, mxfp4_scale_offsets, mxfp4_value_offsets
+from .page_offsets import (MX_BLOCK, SCALE_BYTES, fp8_scale_offsets, fp8_value_offsets, mxfp4_scale_offsets,
+                           mxfp4_value_offsets)
 
-MX_BLOCK = tl.constexpr(32)
-SCALE_BYTES = tl.constexpr(4)  # an fp32 scale, stored as 4 little-endian bytes
 BF16_SHIFT = tl.constexpr(16)       # a bf16 is the high half of the fp32 with the same value
 BF16_BITS_MASK = tl.constexpr(0xFFFF)
 
