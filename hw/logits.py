@@ -232,7 +232,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
         H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.PREFILL_BLOCK_N,
         KEYS_PER_PROGRAM=cfg.PREFILL_KEYS_PER_PROGRAM,
         KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, MX_PATH=_mx_path(device, "prefill"),
-        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, num_warps=cfg.PREFILL_NUM_WARPS,
+        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(),
     )
     return out
 

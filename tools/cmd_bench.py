@@ -50,13 +50,35 @@ COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
 MATMUL_N = 8192
 
 
-def _copy_GBps(inner: int, replays: int) -> float:
-    """Device-to-device copy bandwidth, bytes read + written."""
+def _eager_time_us(fn, *, iters: int) -> float:
+    """Mean time of one call in microseconds over `iters` back-to-back eager calls (after one warm-up)."""
+    import torch
+
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / iters
+
+
+def _copy_GBps(inner: int, replays: int) -> dict:
+    """Device-to-device copy bandwidth, bytes read + written, three ways: cudaMemcpyAsync eagerly, the same
+    captured in a graph (a memcpy node, which the driver may hand to a copy engine rather than the SMs), and an
+    elementwise kernel (int32 negation) in a graph. The ceiling is the fastest of the three."""
     import torch
 
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    return 2 * COPY_BYTES / _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays) / 1e3
+    src32, dst32 = src.view(torch.int32), dst.view(torch.int32)
+    moved_kB = 2 * COPY_BYTES / 1e3
+    ways = {"memcpy_eager": moved_kB / _eager_time_us(lambda: dst.copy_(src), iters=inner * 4),
+            "memcpy_graph": moved_kB / _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays),
+            "kernel_graph": moved_kB / _graph_time_us([lambda: torch.neg(src32, out=dst32)], inner=inner,
+                                                      replays=replays)}
+    return {"copy_GBps": max(ways.values()), "copy_ways_GBps": ways}
 
 
 def _bf16_TFLOPs(replays: int) -> float:
@@ -72,17 +94,18 @@ def _ceilings(inner: int, replays: int) -> dict:
     """The machine's ceilings measured in this run: copy bandwidth and the bf16 matmul rate."""
     import torch
 
-    out = {"copy_GBps": _copy_GBps(inner, replays), "bf16_TFLOPs": _bf16_TFLOPs(replays)}
+    out = _copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
     return out
 
 
 def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
-                  seed: int = 0):
+                  seed: int = 0, num_programs: int | None = None):
     """One input set of the decode benchmark: a paged cache on shuffled physical pages filled by the hw writer from
     random bf16 keys, quantized queries and weights. Returns (call, bytes_moved): call() runs
     hw.fp8_fp4_paged_mqa_logits (clean_logits=False, as a decode step does) and returns the logits; bytes_moved
-    counts the K cache bytes read once, q, the weights and the logits written."""
+    counts the K cache bytes read once, q, the weights and the logits written. num_programs: the persistent grid
+    (default: integration.schedule.default_num_sms)."""
     import torch
 
     import hw
@@ -110,7 +133,8 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
         q = hw.quantize_q_mxfp4(q_bf16)
     weights = weights.reshape(batch * next_n, heads).contiguous()
     context_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
-    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, default_num_sms(torch.device(device)))
+    num_programs = num_programs or default_num_sms(torch.device(device))
+    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, num_programs)
 
     def call():
         return hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,
@@ -130,7 +154,7 @@ def _decode_case(kv_dtype: str, *, layout, inner, replays, **shape):
     us = _graph_time_us([call for call, _ in sets], inner=inner, replays=replays)
     moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
-            "GBps": moved / us / 1e3}
+            "MB_moved": moved / 1e6, "GBps": moved / us / 1e3}
 
 
 def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim, causal, seed: int = 0):
@@ -280,10 +304,12 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
     if topk_k:
         click.echo("top-k ...", err=True)
         topk.append(_topk_case(rows=batch * next_n, width=context, k=topk_k, inner=inner, replays=replays))
-    click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
+    ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
+    click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
+               f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
     click.echo(f"decode B{batch}/N{next_n}/H{heads}/D{head_dim}/ctx {context}/page {page_size}:")
     click.echo(_table(decode, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
-                               ("MB moved", "bytes_moved", ",.0f"), ("GB/s", "GBps", ".0f"),
+                               ("MB moved", "MB_moved", ".2f"), ("GB/s", "GBps", ".0f"),
                                ("of copy", "frac_copy", ".0%"), ("vs fp8", "speedup_vs_fp8", ".2f")]))
     if prefill:
         click.echo(f"prefill {prefill_queries} x {prefill_queries} x H{heads}/D{head_dim}:")

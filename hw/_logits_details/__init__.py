@@ -34,7 +34,7 @@ def _prefill_spec(kv_format: str, head_dim: int, mx_path: int = MX_DOT_SCALED.va
                     "KEYS_PER_PROGRAM": cfg.PREFILL_KEYS_PER_PROGRAM,
                     "KV_FORMAT": (KV_MXFP4 if mx else KV_FP8).value, "MX_PATH": mx_path,
                     "PROMOTE_K": cfg.FP8_PROMOTE_K, "CLEAN": True},
-        num_warps=cfg.PREFILL_NUM_WARPS, targets=_TARGETS[mx_path] if mx else ("gfx950", "sm90"),
+        **cfg.prefill_launch_options(), targets=_TARGETS[mx_path] if mx else ("gfx950", "sm90"),
         scaled_mfma=mx and mx_path == MX_DOT_SCALED.value and head_dim >= 64)
 
 

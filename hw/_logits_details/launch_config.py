@@ -10,6 +10,7 @@ PREFILL_TILE_ROWS = 64                # MMA rows (query tokens x padded heads) o
 PREFILL_BLOCK_N = 64                  # keys of one step of a prefill program
 PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of PREFILL_BLOCK_N)
 PREFILL_NUM_WARPS = 8
+PREFILL_NUM_STAGES = None             # software-pipeline depth of the key loop; None: the backend's default
 PAGED_NUM_WARPS = 4
 #: a decode step scores max(1, this // P) pages of one sequence (H200, B64/H32/D128/ctx 8192/P 64, 528 programs,
 #: graph-replayed: FP8 33.7 / 27.2 / 34.9 us and MXFP4 (unpack_ptx) 78 / 61 / 50 us at 64 / 128 / 256 tokens)
@@ -35,6 +36,16 @@ def prefill_tiles(num_heads: int) -> tuple[int, int]:
     """(H_PAD, BLOCK_S) of the prefill kernel."""
     h_pad = head_pad(num_heads, 1)
     return h_pad, max(1, PREFILL_TILE_ROWS // h_pad)
+
+
+def prefill_launch_options() -> dict:
+    """num_warps (and num_stages when set) of the prefill kernel. Steps narrower than 32 keys get at most 4 warps:
+    with 8, each of the two warpgroups would own fewer than 16 columns of the 64-row tile, which Triton 3.6 to 3.9
+    fail to lower for tl.dot_scaled on sm_90 (ConvertTritonGPUToLLVM: PassManager::run failed)."""
+    options = {"num_warps": PREFILL_NUM_WARPS if PREFILL_BLOCK_N >= 32 else min(PREFILL_NUM_WARPS, 4)}
+    if PREFILL_NUM_STAGES is not None:
+        options["num_stages"] = PREFILL_NUM_STAGES
+    return options
 
 
 def paged_tiles(num_heads: int, next_n: int, page_size: int, kv_format: str) -> tuple[int, int, int]:

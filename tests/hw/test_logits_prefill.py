@@ -179,13 +179,20 @@ def test_prefill_good_args_are_accepted(device):
     assert torch.equal(out.cpu(), torch.zeros(2, 5))
 
 
-@pytest.mark.parametrize("value,message", [("fast", "MXIDX_MXFP4_PATH must be one of"),
-                                           ("unpack_ptx", "needs an NVIDIA GPU")])
-def test_bad_mxfp4_path_setting(value, message, monkeypatch):
-    """An unknown path name, and the PTX path for tensors that are not on an NVIDIA GPU (here: CPU tensors)."""
-    monkeypatch.setenv("MXIDX_MXFP4_PATH", value)
-    with pytest.raises(ValueError, match=re.escape(message)):
-        hw.fp8_fp4_mqa_logits(**_good_args(torch.device("cpu")))
+def test_unknown_mxfp4_path_setting(device, monkeypatch):
+    """An unknown path name is a ValueError listing the choices, on any device."""
+    monkeypatch.setenv("MXIDX_MXFP4_PATH", "fast")
+    with pytest.raises(ValueError, match=re.escape("MXIDX_MXFP4_PATH must be one of")):
+        hw.fp8_fp4_mqa_logits(**_good_args(device))
+
+
+def test_ptx_path_needs_an_nvidia_gpu(monkeypatch):
+    """The inline-PTX path is refused for tensors that are not on an NVIDIA GPU. Asked of the path chooser itself:
+    with the interpreter off, CPU tensors are refused earlier, by the device check."""
+    monkeypatch.setenv("MXIDX_MXFP4_PATH", "unpack_ptx")
+    for kernel in ("prefill", "decode"):
+        with pytest.raises(ValueError, match=re.escape("unpack_ptx needs an NVIDIA GPU")):
+            hw.logits._mx_path_name(torch.device("cpu"), kernel)
 
 
 # ============================================================================================ validate mode

@@ -1,0 +1,129 @@
+"""`python -m tools.tune`: GPU sweeps of the scorers' launch configuration (hw/_logits_details/launch_config.py).
+
+Each configuration is timed like `mxidx bench` times it (median of CUDA-graph replays, decode over rotating input
+sets), on the bench's default shapes: decode B64/N1/H32/D128/ctx 8192/P64, prefill 4096 x 4096 x H32/D128 full.
+Rows are written to the JSON file as they are measured, so a run cut short keeps what it measured; a configuration
+that fails to compile or launch is recorded with its error and the sweep goes on.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import sys
+
+import click
+
+from .cmd_bench import INPUT_SETS, _graph_time_us, _mxfp4_path, decode_inputs, prefill_inputs
+from .runtime import choose_device
+
+#: prefill settings swept per (format, MXFP4 path): launch_config attribute -> values
+PREFILL_GRID = {"PREFILL_TILE_ROWS": (64, 128), "PREFILL_BLOCK_N": (64, 128), "PREFILL_NUM_WARPS": (4, 8),
+                "PREFILL_NUM_STAGES": (2, 3)}
+PREFILL_VARIANTS = (("fp8", None), ("mxfp4", "dot_scaled"), ("mxfp4", "unpack_ptx"))
+#: decode: persistent programs per SM (schedule), warps, tokens a step
+DECODE_PROGRAMS_PER_SM = (4, 8)
+DECODE_WARPS = (4, 8)
+DECODE_TOKENS_PER_STEP = (128, 256, 512)
+DECODE_VARIANTS = (("fp8", None), ("mxfp4", "unpack_ptx"), ("mxfp4", "dot_scaled"))
+DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
+PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
+
+
+@contextlib.contextmanager
+def _config(**values):
+    """Set launch_config attributes for the duration."""
+    from hw._logits_details import launch_config as cfg
+
+    old = {name: getattr(cfg, name) for name in values}
+    for name, value in values.items():
+        setattr(cfg, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(cfg, name, value)
+
+
+def _timed(fns, *, inner, replays) -> dict:
+    """{"time_us": ...} or {"error": ...} (a configuration the compiler or the launcher refuses)."""
+    try:
+        return {"time_us": _graph_time_us(fns, inner=inner, replays=replays)}
+    except Exception as e:   # noqa: BLE001 -- recorded and reported; the sweep goes on
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+
+
+def _prefill_rows(replays):
+    for kv_dtype, path in PREFILL_VARIANTS:
+        with _mxfp4_path(path):
+            call, flops = prefill_inputs(kv_dtype, "cuda", **PREFILL_SHAPE)
+            for values in itertools.product(*PREFILL_GRID.values()):
+                setting = dict(zip(PREFILL_GRID, values))
+                with _config(**setting):
+                    row = _timed([call], inner=3, replays=replays)
+                if "time_us" in row:
+                    row["TFLOPs"] = flops / row["time_us"] / 1e6
+                yield {"kernel": "prefill", "format": kv_dtype, "path": path, **setting, **row}
+
+
+def _decode_rows(replays):
+    import torch
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for (kv_dtype, path), per_sm in itertools.product(DECODE_VARIANTS, DECODE_PROGRAMS_PER_SM):
+        with _mxfp4_path(path):
+            sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, num_programs=per_sm * sms, **DECODE_SHAPE)
+                    for i in range(INPUT_SETS)]
+            moved = sets[0][1]
+            for warps, tokens in itertools.product(DECODE_WARPS, DECODE_TOKENS_PER_STEP):
+                with _config(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens}):
+                    row = _timed([call for call, _ in sets], inner=20, replays=replays)
+                if "time_us" in row:
+                    row["GBps"] = moved / row["time_us"] / 1e3
+                yield {"kernel": "decode", "format": kv_dtype, "path": path, "programs_per_sm": per_sm,
+                       "PAGED_NUM_WARPS": warps, "tokens_per_step": tokens, **row}
+            del sets
+            torch.cuda.empty_cache()
+
+
+def _best(rows, kernel):
+    """The fastest row per (format, path) of `kernel`."""
+    best = {}
+    for row in rows:
+        key = (row["format"], row["path"])
+        if row["kernel"] == kernel and "time_us" in row and (key not in best or row["time_us"] < best[key]["time_us"]):
+            best[key] = row
+    return list(best.values())
+
+
+@click.command()
+@click.option("--only", type=click.Choice(["prefill", "decode"]), help="sweep one kernel (default: both)")
+@click.option("--replays", default=20, show_default=True)
+@click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
+def tune(only, replays, json_out):
+    """Sweep the prefill and decode launch settings on the GPU; print the fastest setting per format and path."""
+    import torch
+
+    if not torch.cuda.is_available():
+        click.echo("tools.tune times GPU kernels, but torch sees no GPU here", err=True)
+        sys.exit(2)
+    choose_device("cuda")
+    kernels = [only] if only else ["prefill", "decode"]
+    rows = []
+    sweeps = {"prefill": _prefill_rows, "decode": _decode_rows}
+    for kernel in kernels:
+        for row in sweeps[kernel](replays):
+            rows.append(row)
+            click.echo(json.dumps(row), err=True)
+            with open(json_out, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(0), "decode_shape": DECODE_SHAPE,
+                           "prefill_shape": PREFILL_SHAPE, "rows": rows}, f, indent=1)
+    for kernel in kernels:
+        click.echo(f"fastest {kernel} settings:")
+        for row in _best(rows, kernel):
+            click.echo("  " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
+                                        for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    tune()
