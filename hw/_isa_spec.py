@@ -34,6 +34,9 @@ class CompileSpec:
     targets      which of TARGETS this instantiation is meant for (a Hopper-only unpack path lists ("sm90",)).
     scaled_mfma  a claim checked by the report: on gfx950 the AMDGCN must contain v_mfma_scale_f32_*_f8f6f4
                  (set it for every MXFP4 scorer instantiation with D >= 64; DESIGN §5).
+    scratch_ok   empty: a stack frame or spilled registers fail the report. Otherwise the measured reason this
+                 instantiation may have them (its tiles were timed faster than scratch-free ones); the report
+                 still lists the bytes.
     """
 
     label: str
@@ -45,6 +48,7 @@ class CompileSpec:
     aligned: tuple[str, ...] | None = None
     targets: tuple[str, ...] = TARGETS
     scaled_mfma: bool = False
+    scratch_ok: str = ""
 
     def __post_init__(self):
         unknown = set(self.targets) - set(TARGETS)

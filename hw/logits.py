@@ -151,9 +151,13 @@ def _split_kv(kv, kv_format: str, head_dim: int, device):
     return values, _mx_scales("kv[1]", scales, (values.shape[0],), head_dim, device)
 
 
+def _is_nvidia(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.version.hip is None
+
+
 def _mx_path_name(device: torch.device, kernel: str) -> str:
     """The MXFP4 dot path of `kernel` ("prefill" | "decode") on `device`: MXIDX_MXFP4_PATH, else the default."""
-    nvidia = device.type == "cuda" and torch.version.hip is None
+    nvidia = _is_nvidia(device)
     choice = os.environ.get(MX_PATH_ENV)
     if choice is None:
         return cfg.CUDA_DEFAULT_MX_PATH[kernel] if nvidia else "dot_scaled"
@@ -221,7 +225,9 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
     if num_q == 0 or num_k == 0:
         return out
-    h_pad, block_s = cfg.prefill_tiles(num_heads)
+    nvidia = _is_nvidia(device)
+    h_pad, block_s = cfg.prefill_tiles(num_heads, "fp8" if kv_format == "fp8" else _mx_path_name(device, "prefill"),
+                                       nvidia)
     q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
     grid = (triton.cdiv(num_q, block_s), triton.cdiv(num_k, cfg.PREFILL_KEYS_PER_PROGRAM))
     prefill_logits_kernel[grid](
@@ -229,10 +235,10 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
         num_q, num_k,
         q_v.stride(0), q_v.stride(1), q_s.stride(0), q_s.stride(1),
         k_v.stride(0), k_s.stride(0), weights.stride(0), out.stride(0),
-        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.PREFILL_BLOCK_N,
+        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.prefill_settings(nvidia).block_n,
         KEYS_PER_PROGRAM=cfg.PREFILL_KEYS_PER_PROGRAM,
         KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, MX_PATH=_mx_path(device, "prefill"),
-        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(),
+        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(nvidia),
     )
     return out
 

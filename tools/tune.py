@@ -1,4 +1,5 @@
-"""`python -m tools.tune`: GPU sweeps of the scorers' launch configuration (hw/_logits_details/launch_config.py).
+"""`python -m tools.tune`: GPU sweeps of the scorers' launch configuration (hw/_logits_details/launch_config.py;
+the prefill sweep sets the NVIDIA tiles, launch_config.PREFILL["nvidia"]).
 
 Each configuration is timed like `mxidx bench` times it (median of CUDA-graph replays, decode over rotating input
 sets), on the bench's default shapes: decode B64/N1/H32/D128/ctx 8192/P64, prefill 4096 x 4096 x H32/D128 full.
@@ -8,6 +9,7 @@ that fails to compile or launch is recorded with its error and the sweep goes on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import sys
@@ -17,9 +19,9 @@ import click
 from .cmd_bench import INPUT_SETS, _graph_time_us, _mxfp4_path, decode_inputs, prefill_inputs
 from .runtime import choose_device
 
-#: prefill settings swept per (format, MXFP4 path): launch_config attribute -> values
-PREFILL_GRID = {"PREFILL_TILE_ROWS": (64, 128), "PREFILL_BLOCK_N": (64, 128), "PREFILL_NUM_WARPS": (4, 8),
-                "PREFILL_NUM_STAGES": (2, 3)}
+#: prefill settings swept per (format, MXFP4 path): launch_config.PrefillTiles field -> values (tile_rows is set
+#: for every dot variant at once)
+PREFILL_GRID = {"tile_rows": (64, 128), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
 PREFILL_VARIANTS = (("fp8", None), ("mxfp4", "dot_scaled"), ("mxfp4", "unpack_ptx"))
 #: decode: persistent programs per SM (schedule), warps, tokens a step
 DECODE_PROGRAMS_PER_SM = (4, 8)
@@ -54,12 +56,17 @@ def _timed(fns, *, inner, replays) -> dict:
 
 
 def _prefill_rows(replays):
+    from hw._logits_details import launch_config as cfg
+
     for kv_dtype, path in PREFILL_VARIANTS:
         with _mxfp4_path(path):
             call, flops = prefill_inputs(kv_dtype, "cuda", **PREFILL_SHAPE)
             for values in itertools.product(*PREFILL_GRID.values()):
                 setting = dict(zip(PREFILL_GRID, values))
-                with _config(**setting):
+                nvidia = cfg.PREFILL["nvidia"]
+                tiles = dataclasses.replace(nvidia, **setting | {"tile_rows": dict.fromkeys(nvidia.tile_rows,
+                                                                                         setting["tile_rows"])})
+                with _config(PREFILL=cfg.PREFILL | {"nvidia": tiles}):
                     row = _timed([call], inner=3, replays=replays)
                 if "time_us" in row:
                     row["TFLOPs"] = flops / row["time_us"] / 1e6

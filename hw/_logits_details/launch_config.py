@@ -3,14 +3,35 @@
 Values: the best of small sweeps on the H200 (triton 3.6, 2026-11-30). The launchers (hw/logits.py) read them at
 each call, so a benchmark or a test may change them on this module.
 """
+from dataclasses import dataclass
+from typing import Mapping
+
 import triton
 
 MMA_MIN_ROWS = 16                     # tl.dot / tl.dot_scaled need M >= 16
-PREFILL_TILE_ROWS = 64                # MMA rows (query tokens x padded heads) of one prefill program
-PREFILL_BLOCK_N = 64                  # keys of one step of a prefill program
-PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of PREFILL_BLOCK_N)
-PREFILL_NUM_WARPS = 8
-PREFILL_NUM_STAGES = None             # software-pipeline depth of the key loop; None: the backend's default
+
+
+@dataclass(frozen=True)
+class PrefillTiles:
+    """Tile settings of the prefill kernel on one backend."""
+    tile_rows: Mapping[str, int]   # MMA rows (query tokens x padded heads) per dot variant: "fp8" or an MXFP4 path
+    block_n: int                   # keys of one step of a program
+    num_warps: int
+    num_stages: int | None = None  # software-pipeline depth of the key loop; None: the backend's default
+
+
+#: prefill tiles per backend. "nvidia": `python -m tools.tune` on the H200 (4096 x 4096 x H32/D128, full;
+#: docs/perf/h200-bench.md): 128 rows x 128-key steps x 4 warps took FP8 668 us and MXFP4 dot_scaled 1000 us,
+#: against 1229 / 3295 us for 64 x 64 x 8 warps, although they compile with a stack frame on sm_90 (the hw.isa
+#: report lists it); the unpack paths spill badly at 128 rows (unpack_ptx 6.5 ms) and take 64 (1.41 ms).
+#: "amd" (HIP, and the CPU interpreter): not timed (no gfx950 here); 64 x 64 x 8 warps, the tiles that compile
+#: for gfx950 without scratch (at 128 x 128 x 4 the MXFP4 kernel spills 231 VGPRs).
+PREFILL = {
+    "nvidia": PrefillTiles(tile_rows={"fp8": 128, "dot_scaled": 128, "unpack": 64, "unpack_ptx": 64}, block_n=128,
+                           num_warps=4),
+    "amd": PrefillTiles(tile_rows={"fp8": 64, "dot_scaled": 64, "unpack": 64}, block_n=64, num_warps=8),
+}
+PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of every block_n)
 PAGED_NUM_WARPS = 4
 #: a decode step scores max(1, this // P) pages of one sequence (H200, B64/H32/D128/ctx 8192/P 64, 528 programs,
 #: graph-replayed: FP8 33.7 / 27.2 / 34.9 us and MXFP4 (unpack_ptx) 78 / 61 / 50 us at 64 / 128 / 256 tokens)
@@ -32,19 +53,25 @@ def head_pad(num_heads: int, rows: int, min_rows: int = MMA_MIN_ROWS) -> int:
     return max(triton.next_power_of_2(num_heads), min_rows // rows)
 
 
-def prefill_tiles(num_heads: int) -> tuple[int, int]:
-    """(H_PAD, BLOCK_S) of the prefill kernel."""
+def prefill_settings(nvidia: bool) -> PrefillTiles:
+    """PREFILL's entry for an NVIDIA GPU (nvidia=True) or for HIP and the interpreter."""
+    return PREFILL["nvidia" if nvidia else "amd"]
+
+
+def prefill_tiles(num_heads: int, variant: str, nvidia: bool) -> tuple[int, int]:
+    """(H_PAD, BLOCK_S) of the prefill kernel; variant: "fp8" or the MXFP4 dot path's name."""
     h_pad = head_pad(num_heads, 1)
-    return h_pad, max(1, PREFILL_TILE_ROWS // h_pad)
+    return h_pad, max(1, prefill_settings(nvidia).tile_rows[variant] // h_pad)
 
 
-def prefill_launch_options() -> dict:
+def prefill_launch_options(nvidia: bool) -> dict:
     """num_warps (and num_stages when set) of the prefill kernel. Steps narrower than 32 keys get at most 4 warps:
-    with 8, each of the two warpgroups would own fewer than 16 columns of the 64-row tile, which Triton 3.6 to 3.9
+    with 8, each of the two warpgroups would own fewer than 16 columns of a 64-row tile, which Triton 3.6 to 3.9
     fail to lower for tl.dot_scaled on sm_90 (ConvertTritonGPUToLLVM: PassManager::run failed)."""
-    options = {"num_warps": PREFILL_NUM_WARPS if PREFILL_BLOCK_N >= 32 else min(PREFILL_NUM_WARPS, 4)}
-    if PREFILL_NUM_STAGES is not None:
-        options["num_stages"] = PREFILL_NUM_STAGES
+    tiles = prefill_settings(nvidia)
+    options = {"num_warps": tiles.num_warps if tiles.block_n >= 32 else min(tiles.num_warps, 4)}
+    if tiles.num_stages is not None:
+        options["num_stages"] = tiles.num_stages
     return options
 
 

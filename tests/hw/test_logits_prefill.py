@@ -1,6 +1,7 @@
 """hw.fp8_fp4_mqa_logits (ragged prefill) against sim.scorer's float64 reference and its fp32 error bound."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -67,7 +68,8 @@ def test_prefill_matches_reference(case: PrefillCase, path, device, monkeypatch)
 def test_prefill_small_tiles(case: PrefillCase, path, device, monkeypatch):
     """Programs of 32 keys in 16-key steps: several key spans per row block, ranges starting and ending mid-span."""
     monkeypatch.setattr(launch_config, "PREFILL_KEYS_PER_PROGRAM", 32)
-    monkeypatch.setattr(launch_config, "PREFILL_BLOCK_N", 16)
+    for backend, tiles in launch_config.PREFILL.items():
+        monkeypatch.setitem(launch_config.PREFILL, backend, dataclasses.replace(tiles, block_n=16))
     check_prefill_case(case, path, device, monkeypatch)
 
 

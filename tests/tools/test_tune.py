@@ -18,11 +18,11 @@ def test_tune_without_gpu_exits_2(monkeypatch, tmp_path):
 
 
 def test_config_is_restored_after_an_error():
-    before = (cfg.PREFILL_BLOCK_N, cfg.PAGED_TOKENS_PER_STEP)
-    with pytest.raises(RuntimeError), _config(PREFILL_BLOCK_N=16, PAGED_TOKENS_PER_STEP={"fp8": 1, "mxfp4": 1}):
-        assert cfg.PREFILL_BLOCK_N == 16
+    before = (cfg.PAGED_NUM_WARPS, cfg.PAGED_TOKENS_PER_STEP)
+    with pytest.raises(RuntimeError), _config(PAGED_NUM_WARPS=16, PAGED_TOKENS_PER_STEP={"fp8": 1, "mxfp4": 1}):
+        assert cfg.PAGED_NUM_WARPS == 16
         raise RuntimeError
-    assert (cfg.PREFILL_BLOCK_N, cfg.PAGED_TOKENS_PER_STEP) == before
+    assert (cfg.PAGED_NUM_WARPS, cfg.PAGED_TOKENS_PER_STEP) == before
 
 
 def test_best_takes_the_fastest_measured_row_per_variant():
