@@ -1,7 +1,7 @@
 """Launch configuration of the scorer kernels (tile sizes, warps, MXFP4 path defaults) and the derived constexprs.
 
-Values: the best of small sweeps on the H200 (triton 3.6, 2026-11-30). The launchers (hw/logits.py) read them at
-each call, so a benchmark or a test may change them on this module.
+Values: the best of sweeps on the H200 (triton 3.6, 2026-11-30; `python -m tools.tune`, docs/perf/h200-tune.json). The
+launchers (hw/logits.py) read them at each call, so a benchmark or a test may change them on this module.
 """
 from dataclasses import dataclass
 from typing import Mapping
@@ -43,8 +43,8 @@ FP8_PROMOTE_K = 32                    # Hopper FP8 MMA: promote to fp32 every 32
 CUDA_DEFAULT_MX_PATH = {"prefill": "dot_scaled", "decode": "unpack_ptx"}
 #: minimum MMA rows (N_PAD * H_PAD) of the paged kernel. At 32 rows (N = 1, H = 32) Triton emits mma.sync on
 #: f16-converted tiles on sm_90; at 64 it emits wgmma on the e4m3 tiles themselves (FP8, and MXFP4 through the
-#: exact e2m1 -> e4m3 unpack), scratch-free at 64 tokens a step by cross-compilation, at the cost of padded head
-#: rows. Not timed yet: `mxidx bench` measures both (its "M64" rows).
+#: exact e2m1 -> e4m3 unpack), scratch-free at 64 tokens a step, at the cost of padded head rows. Timed slower on
+#: the H200 (`mxidx bench` "M64" rows, docs/perf/h200-bench.md: FP8 75 vs 28 us, MXFP4 134 vs 56 us), so off.
 PAGED_MMA_MIN_ROWS = MMA_MIN_ROWS
 
 
