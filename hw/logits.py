@@ -345,6 +345,6 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         PAGES_PER_STEP=pages_per_step,
         KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, TILED=view.layout == "mxfp4_tiled",
         CTX_2D=context_lens.dim() == 2, MX_PATH=_mx_path(device, "decode"), PROMOTE_K=cfg.FP8_PROMOTE_K,
-        num_warps=cfg.PAGED_NUM_WARPS,
+        **cfg.paged_launch_options(kv_format, _is_nvidia(device)),
     )
     return out

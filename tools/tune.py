@@ -27,6 +27,7 @@ PREFILL_VARIANTS = (("fp8", None), ("mxfp4", "dot_scaled"), ("mxfp4", "unpack_pt
 DECODE_PROGRAMS_PER_SM = (4, 8)
 DECODE_WARPS = (4, 8)
 DECODE_TOKENS_PER_STEP = (128, 256, 512)
+DECODE_MAXNREG = (None,)       # register caps to try (ptxas .maxnreg); --maxnreg adds more
 DECODE_VARIANTS = (("fp8", None), ("mxfp4", "unpack_ptx"), ("mxfp4", "dot_scaled"))
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
@@ -73,7 +74,7 @@ def _prefill_rows(replays):
                 yield {"kernel": "prefill", "format": kv_dtype, "path": path, **setting, **row}
 
 
-def _decode_rows(replays):
+def _decode_rows(replays, *, warps_options, tokens_options, maxnregs):
     import torch
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -82,13 +83,14 @@ def _decode_rows(replays):
             sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, num_programs=per_sm * sms, **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
             moved = sets[0][1]
-            for warps, tokens in itertools.product(DECODE_WARPS, DECODE_TOKENS_PER_STEP):
-                with _config(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens}):
+            for warps, tokens, maxnreg in itertools.product(warps_options, tokens_options, maxnregs):
+                with _config(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens},
+                             PAGED_MAXNREG={"fp8": maxnreg, "mxfp4": maxnreg}):
                     row = _timed([call for call, _ in sets], inner=20, replays=replays)
                 if "time_us" in row:
                     row["GBps"] = moved / row["time_us"] / 1e3
                 yield {"kernel": "decode", "format": kv_dtype, "path": path, "programs_per_sm": per_sm,
-                       "PAGED_NUM_WARPS": warps, "tokens_per_step": tokens, **row}
+                       "PAGED_NUM_WARPS": warps, "tokens_per_step": tokens, "maxnreg": maxnreg, **row}
             del sets
             torch.cuda.empty_cache()
 
@@ -106,8 +108,12 @@ def _best(rows, kernel):
 @click.command()
 @click.option("--only", type=click.Choice(["prefill", "decode"]), help="sweep one kernel (default: both)")
 @click.option("--replays", default=20, show_default=True)
+@click.option("--maxnreg", "maxnregs", type=int, multiple=True,
+              help="decode: also try this register cap (repeatable); default: the compiler's choice only")
+@click.option("--decode-warps", type=int, multiple=True, help="decode: warps to try (default 4 and 8)")
+@click.option("--decode-tokens", type=int, multiple=True, help="decode: tokens a step to try (default 128 256 512)")
 @click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
-def tune(only, replays, json_out):
+def tune(only, replays, maxnregs, decode_warps, decode_tokens, json_out):
     """Sweep the prefill and decode launch settings on the GPU; print the fastest setting per format and path."""
     import torch
 
@@ -117,9 +123,12 @@ def tune(only, replays, json_out):
     choose_device("cuda")
     kernels = [only] if only else ["prefill", "decode"]
     rows = []
-    sweeps = {"prefill": _prefill_rows, "decode": _decode_rows}
+    sweeps = {"prefill": lambda: _prefill_rows(replays),
+              "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS,
+                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP,
+                                             maxnregs=DECODE_MAXNREG + maxnregs)}
     for kernel in kernels:
-        for row in sweeps[kernel](replays):
+        for row in sweeps[kernel]():
             rows.append(row)
             click.echo(json.dumps(row), err=True)
             with open(json_out, "w") as f:

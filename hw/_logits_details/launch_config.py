@@ -33,6 +33,8 @@ PREFILL = {
 }
 PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of every block_n)
 PAGED_NUM_WARPS = 4
+#: register cap per thread of the paged kernel on NVIDIA (ptxas .maxnreg) per format; None: the compiler's choice
+PAGED_MAXNREG = {"fp8": None, "mxfp4": None}
 #: a decode step scores max(1, this // P) pages of one sequence (H200, B64/H32/D128/ctx 8192/P 64, 528 programs,
 #: graph-replayed: FP8 33.7 / 27.2 / 34.9 us and MXFP4 (unpack_ptx) 78 / 61 / 50 us at 64 / 128 / 256 tokens)
 PAGED_TOKENS_PER_STEP = {"fp8": 128, "mxfp4": 256}
@@ -72,6 +74,14 @@ def prefill_launch_options(nvidia: bool) -> dict:
     options = {"num_warps": tiles.num_warps if tiles.block_n >= 32 else min(tiles.num_warps, 4)}
     if tiles.num_stages is not None:
         options["num_stages"] = tiles.num_stages
+    return options
+
+
+def paged_launch_options(kv_format: str, nvidia: bool) -> dict:
+    """num_warps (and maxnreg on NVIDIA when set) of the paged kernel."""
+    options = {"num_warps": PAGED_NUM_WARPS}
+    if nvidia and PAGED_MAXNREG[kv_format] is not None:
+        options["maxnreg"] = PAGED_MAXNREG[kv_format]
     return options
 
 
