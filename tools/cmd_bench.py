@@ -225,17 +225,25 @@ def _mxfp4_path(path):
 
 
 @contextlib.contextmanager
-def _wgmma_rows(enabled: bool):
-    """The paged kernel's PAGED_MMA_MIN_ROWS = 64 variant at one page a step (hw/_logits_details/launch_config)."""
+def launch_settings(**values):
+    """Set hw/_logits_details/launch_config attributes for the duration (the launchers read them at each call)."""
     from hw._logits_details import launch_config as cfg
 
-    old = cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP
-    if enabled:
-        cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP = 64, {"fp8": 64, "mxfp4": 64}
+    old = {name: getattr(cfg, name) for name in values}
+    for name, value in values.items():
+        setattr(cfg, name, value)
     try:
         yield
     finally:
-        cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP = old
+        for name, value in old.items():
+            setattr(cfg, name, value)
+
+
+def _wgmma_rows(enabled: bool):
+    """The paged kernel's PAGED_MMA_MIN_ROWS = 64 variant at one page a step (hw/_logits_details/launch_config)."""
+    if not enabled:
+        return launch_settings()
+    return launch_settings(PAGED_MMA_MIN_ROWS=64, PAGED_TOKENS_PER_STEP={"fp8": 64, "mxfp4": 64})
 
 
 def _table(rows, columns):

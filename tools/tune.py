@@ -8,7 +8,6 @@ that fails to compile or launch is recorded with its error and the sweep goes on
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -16,7 +15,7 @@ import sys
 
 import click
 
-from .cmd_bench import INPUT_SETS, _graph_time_us, _mxfp4_path, decode_inputs, prefill_inputs
+from .cmd_bench import INPUT_SETS, _graph_time_us, _mxfp4_path, decode_inputs, launch_settings, prefill_inputs
 from .runtime import choose_device
 
 #: prefill settings swept per (format, MXFP4 path): launch_config.PrefillTiles field -> values (tile_rows is set
@@ -31,21 +30,6 @@ DECODE_MAXNREG = (None,)       # register caps to try (ptxas .maxnreg); --maxnre
 DECODE_VARIANTS = (("fp8", None), ("mxfp4", "unpack_ptx"), ("mxfp4", "dot_scaled"))
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
-
-
-@contextlib.contextmanager
-def _config(**values):
-    """Set launch_config attributes for the duration."""
-    from hw._logits_details import launch_config as cfg
-
-    old = {name: getattr(cfg, name) for name in values}
-    for name, value in values.items():
-        setattr(cfg, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(cfg, name, value)
 
 
 def _timed(fns, *, inner, replays) -> dict:
@@ -67,7 +51,7 @@ def _prefill_rows(replays):
                 nvidia = cfg.PREFILL["nvidia"]
                 tiles = dataclasses.replace(nvidia, **setting | {"tile_rows": dict.fromkeys(nvidia.tile_rows,
                                                                                          setting["tile_rows"])})
-                with _config(PREFILL=cfg.PREFILL | {"nvidia": tiles}):
+                with launch_settings(PREFILL=cfg.PREFILL | {"nvidia": tiles}):
                     row = _timed([call], inner=3, replays=replays)
                 if "time_us" in row:
                     row["TFLOPs"] = flops / row["time_us"] / 1e6
@@ -84,7 +68,7 @@ def _decode_rows(replays, *, warps_options, tokens_options, maxnregs):
                     for i in range(INPUT_SETS)]
             moved = sets[0][1]
             for warps, tokens, maxnreg in itertools.product(warps_options, tokens_options, maxnregs):
-                with _config(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens},
+                with launch_settings(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens},
                              PAGED_MAXNREG={"fp8": maxnreg, "mxfp4": maxnreg}):
                     row = _timed([call for call, _ in sets], inner=20, replays=replays)
                 if "time_us" in row:

@@ -7,7 +7,8 @@ import torch
 from click.testing import CliRunner
 
 from hw._logits_details import launch_config as cfg
-from tools.tune import _best, _config, tune
+from tools.cmd_bench import launch_settings
+from tools.tune import _best, tune
 
 
 def test_tune_without_gpu_exits_2(monkeypatch, tmp_path):
@@ -19,7 +20,7 @@ def test_tune_without_gpu_exits_2(monkeypatch, tmp_path):
 
 def test_config_is_restored_after_an_error():
     before = (cfg.PAGED_NUM_WARPS, cfg.PAGED_TOKENS_PER_STEP)
-    with pytest.raises(RuntimeError), _config(PAGED_NUM_WARPS=16, PAGED_TOKENS_PER_STEP={"fp8": 1, "mxfp4": 1}):
+    with pytest.raises(RuntimeError), launch_settings(PAGED_NUM_WARPS=16, PAGED_TOKENS_PER_STEP={"fp8": 1, "mxfp4": 1}):
         assert cfg.PAGED_NUM_WARPS == 16
         raise RuntimeError
     assert (cfg.PAGED_NUM_WARPS, cfg.PAGED_TOKENS_PER_STEP) == before
