@@ -1,7 +1,7 @@
 """hw: Triton kernels and their launchers (DESIGN §5, §8).
 
 Imports torch and triton, never sim/. Set TRITON_INTERPRET=1 *before* importing this package to run the kernels on
-the CPU interpreter (triton >= 3.8); without it, the launchers take CUDA/ROCm tensors only (ValueError otherwise).
+the CPU interpreter; without it, the launchers take CUDA/ROCm tensors only (ValueError otherwise).
 Every launcher checks its arguments on the host without a device sync (legal in CUDA-graph capture) and raises a
 ValueError naming the bad argument; the launchers with a validate mode (validate=True, or MXIDX_VALIDATE=1 for all of
 them) also check the values they otherwise trust, with device syncs.

@@ -7,6 +7,7 @@ exception to "never tensor values" is the opt-in validate mode (validate_request
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 import triton
@@ -17,6 +18,19 @@ MX_BLOCK = 32           # elements per MXFP4 block (one E8M0 scale byte, 16 code
 INT32_MAX = 2**31 - 1
 VALIDATE_ENV = "MXIDX_VALIDATE"   # "1": every launcher with a validate mode validates (DESIGN §4); "0"/unset: off
 GPU_DEVICE_TYPE = "cuda"          # torch's device type of CUDA and ROCm GPUs alike
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """"3.6.0+git9e1f" -> (3, 6, 0). ValueError if it does not start with a dotted number."""
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", text)
+    if not m:
+        raise ValueError(f"cannot parse a version from {text!r}")
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def triton_version() -> tuple[int, ...]:
+    """The installed triton's version as a tuple, e.g. (3, 7, 1)."""
+    return parse_version(triton.__version__)
 
 
 def check_tensor(name: str, t, *, dtypes=None, ndim: int | None = None, shape=None, device=None,

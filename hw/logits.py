@@ -20,8 +20,9 @@ FP8_PROMOTE_K = 32 products (launch_config) before the promotion to fp32 that th
 u = 2^-13 there (measured: 1.74x the u = 2^-24 bound at D = 128).
 
 MXFP4 dot path: MXIDX_MXFP4_PATH = dot_scaled | unpack | unpack_ptx (read at each call) overrides the default
-(dot_scaled on HIP and in the interpreter; on NVIDIA, where dot_scaled decomposes to bf16 MMA, the faster of the
-measured paths per kernel: launch_config.CUDA_DEFAULT_MX_PATH).
+(dot_scaled on HIP and in the interpreter, where the interpreter has it: triton >= 3.8, else the exact unpack path;
+on NVIDIA, where dot_scaled decomposes to bf16 MMA, the faster of the measured paths per kernel:
+launch_config.CUDA_DEFAULT_MX_PATH).
 
 Validate mode (validate=True or MXIDX_VALIDATE=1, hw._checks.validate_requested): both scorers then check, with
 device syncs, the values their hot paths trust and raise ValueError; not allowed during CUDA-graph capture.
@@ -50,6 +51,7 @@ EXACT_BLOCK_SUM_PATHS = ("unpack", "unpack_ptx")   # MXFP4 paths that add exact 
 KERNELS = ("prefill", "decode")
 KV_FORMATS = ("fp8", "mxfp4")
 MX_PATH_ENV = "MXIDX_MXFP4_PATH"
+INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
 FP32_UNIT_ROUNDOFF = 2.0 ** -24
 HOPPER_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13   # ~14-bit accumulation inside one FP8 wgmma K group (sm_90)
 
@@ -76,6 +78,12 @@ def dot_product_roundings(kv_format: str, head_dim: int, device, kernel: str) ->
     if kv_format == "mxfp4" and _mx_path_name(torch.device(device), kernel) in EXACT_BLOCK_SUM_PATHS:
         return head_dim // MX_BLOCK
     return head_dim
+
+
+def dot_scaled_available() -> bool:
+    """Whether tl.dot_scaled runs where these kernels run: always when compiled (the package needs triton >= 3.6;
+    compiled backends have it from 3.3), in the CPU interpreter from triton 3.8 on."""
+    return not kernels_interpreted() or _checks.triton_version() >= INTERPRETER_DOT_SCALED_TRITON
 
 
 def kernels_interpreted() -> bool:
@@ -160,9 +168,14 @@ def _mx_path_name(device: torch.device, kernel: str) -> str:
     nvidia = _is_nvidia(device)
     choice = os.environ.get(MX_PATH_ENV)
     if choice is None:
-        return cfg.CUDA_DEFAULT_MX_PATH[kernel] if nvidia else "dot_scaled"
+        if nvidia:
+            return cfg.CUDA_DEFAULT_MX_PATH[kernel]
+        return "dot_scaled" if dot_scaled_available() else "unpack"
     if choice not in MX_PATHS:
         raise ValueError(f"{MX_PATH_ENV} must be one of {sorted(MX_PATHS)}, got {choice!r}")
+    if choice == "dot_scaled" and not dot_scaled_available():
+        raise ValueError(f"{MX_PATH_ENV}=dot_scaled: the Triton {triton.__version__} interpreter has no tl.dot_scaled "
+                         f"(it needs triton >= {'.'.join(map(str, INTERPRETER_DOT_SCALED_TRITON))}); use unpack")
     if choice == "unpack_ptx" and not nvidia:
         raise ValueError(f"{MX_PATH_ENV}=unpack_ptx needs an NVIDIA GPU (inline PTX); use unpack or dot_scaled")
     return choice

@@ -5,8 +5,9 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
     architecture  gfx950 (native scaled MFMA), NVIDIA sm_90 or newer (Triton's dot_scaled decomposition), or the
                   CPU through the Triton interpreter. Anything else (gfx942, sm_80, a CPU without the
                   interpreter) falls back.
-    triton        compiled backends need tl.dot_scaled (triton >= 3.3); when hw's kernels run in the Triton
-                  interpreter (Platform.interpreter, whatever the device) its tl.dot_scaled needs triton >= 3.8.
+    triton        compiled backends need tl.dot_scaled (triton >= 3.3). The Triton interpreter (Platform.interpreter,
+                  whatever the device) passes on every triton: without tl.dot_scaled (before 3.8) the scorers
+                  take the exact unpack path, and the decision says so.
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
                   P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
                   scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry, not a
@@ -31,7 +32,8 @@ import torch
 from hw._cache_view import PAGE_SIZES, TILE_HEAD_DIM
 # the scorers' head-dim rule (DESIGN's multiples of 32 in 32..256, of which the scorer tiles take the powers of
 # two) and whether hw's kernels run in the interpreter: one definition each, in hw
-from hw.logits import check_scorer_head_dim, kernels_interpreted
+from hw._checks import parse_version
+from hw.logits import INTERPRETER_DOT_SCALED_TRITON, check_scorer_head_dim, kernels_interpreted
 
 from .config import IndexerConfig
 
@@ -39,7 +41,6 @@ log = logging.getLogger(__name__)
 
 GATES = ("architecture", "triton", "geometry", "self_check")
 MIN_TRITON_COMPILED = (3, 3)      # tl.dot_scaled in compiled backends
-MIN_TRITON_INTERPRETER = (3, 8)   # tl.dot_scaled in the CPU interpreter
 NATIVE_ARCHS = ("gfx950",)        # scaled MFMA v_mfma_scale_f32_*_f8f6f4
 MIN_NVIDIA_MAJOR = 9              # sm_90 (Hopper) and newer: dot_scaled through Triton's decomposition
 
@@ -125,14 +126,6 @@ class GateDecision:
         return f"{self.kv_dtype} (layout {self.layout}; {self.reason})"
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    """"3.6.0+git9e1f" -> (3, 6, 0). ValueError if it does not start with a dotted number."""
-    m = re.match(r"\s*(\d+(?:\.\d+)*)", text)
-    if not m:
-        raise ValueError(f"cannot parse a version from {text!r}")
-    return tuple(int(p) for p in m.group(1).split("."))
-
-
 def check_architecture(platform: Platform) -> str | None:
     """None if MXFP4 kernels run on this architecture, else the reason."""
     if platform.device_type == "cpu":
@@ -150,15 +143,22 @@ def check_architecture(platform: Platform) -> str | None:
 
 
 def check_triton(platform: Platform) -> str | None:
-    """None if the Triton version has what the MXFP4 kernels need, else the reason: the interpreter's
-    tl.dot_scaled when the kernels are interpreted (Platform.interpreter), else the compiled backends'."""
+    """None if the Triton version has what the MXFP4 kernels need, else the reason. Compiled backends need
+    tl.dot_scaled; the interpreter runs every triton (interpreter_path_note says which dot path it takes)."""
     version = parse_version(platform.triton_version)
-    need = MIN_TRITON_INTERPRETER if platform.interpreter else MIN_TRITON_COMPILED
-    if version >= need:
+    if platform.interpreter or version >= MIN_TRITON_COMPILED:
         return None
-    where = "the Triton interpreter" if platform.interpreter else "compiled backends"
-    return (f"triton {platform.triton_version} is too old: tl.dot_scaled in {where} needs triton >= "
-            f"{'.'.join(map(str, need))}")
+    return (f"triton {platform.triton_version} is too old: tl.dot_scaled in compiled backends needs triton >= "
+            f"{'.'.join(map(str, MIN_TRITON_COMPILED))}")
+
+
+def interpreter_path_note(platform: Platform) -> str:
+    """"" unless the kernels are interpreted by a triton without tl.dot_scaled; then what the scorers do instead."""
+    if not platform.interpreter or parse_version(platform.triton_version) >= INTERPRETER_DOT_SCALED_TRITON:
+        return ""
+    need = ".".join(map(str, INTERPRETER_DOT_SCALED_TRITON))
+    return (f"; MXFP4 scorers on the exact unpack path (the triton {platform.triton_version} interpreter has no "
+            f"tl.dot_scaled, which needs {need})")
 
 
 def check_geometry(config: IndexerConfig, geometry: IndexerGeometry) -> str | None:
@@ -199,7 +199,8 @@ def decide(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
         if reason is not None:
             log.warning("MXFP4 indexer disabled by the %s gate: %s; falling back to FP8", gate, reason)
             return GateDecision(config, IndexerConfig(), gate, reason)
-    return GateDecision(config, config, None, f"all gates passed on {platform.arch}")
+    return GateDecision(config, config, None,
+                        f"all gates passed on {platform.arch}{interpreter_path_note(platform)}")
 
 
 def _default_self_check() -> SelfCheck:

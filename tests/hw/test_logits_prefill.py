@@ -11,7 +11,7 @@ import torch
 
 import hw
 from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff, dot_product_roundings
+from hw.logits import accumulation_unit_roundoff, dot_product_roundings, dot_scaled_available
 from sim import scorer
 from sim.formats import E8M0_NAN
 from tests.hw._logits_fixtures import (adversarial_key, case_paths, check_adversarial_key,
@@ -311,7 +311,8 @@ class RoundingsCase:
 ROUNDINGS_CPU = [
     RoundingsCase("fp8", 64, None, "prefill", 64),
     RoundingsCase("fp8", 128, "unpack", "decode", 128),              # the MXFP4 path does not change FP8's n
-    RoundingsCase("mxfp4", 128, None, "decode", 128),                # the CPU default: dot_scaled
+    # the CPU default: dot_scaled (n = D) where the interpreter has it, else unpack (n = D/32)
+    RoundingsCase("mxfp4", 128, None, "decode", 128 if dot_scaled_available() else 4),
     RoundingsCase("mxfp4", 256, "dot_scaled", "prefill", 256),
     RoundingsCase("mxfp4", 64, "unpack", "prefill", 2),
     RoundingsCase("mxfp4", 32, "unpack", "decode", 1),

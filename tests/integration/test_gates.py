@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from integration.config import IndexerConfig
-from integration.gates import GATES, IndexerGeometry, Platform, check_triton, decide, parse_version
+from hw._checks import parse_version
+from integration.gates import GATES, IndexerGeometry, Platform, check_triton, decide
 
 MXFP4 = IndexerConfig("mxfp4")
 TILED = IndexerConfig("mxfp4", "mxfp4_tiled")
@@ -44,8 +45,6 @@ FALLBACKS = [
     FallbackCase("cpu-no-interpreter", "architecture", "TRITON_INTERPRET=1", Platform("cpu", "cpu", "3.9.0", False)),
     FallbackCase("hopper-old-triton", "triton", "triton 3.2.0 is too old: tl.dot_scaled in compiled backends needs "
                  "triton >= 3.3", Platform("cuda", "sm_90", "3.2.0", False)),
-    FallbackCase("interpreter-old-triton", "triton", "in the Triton interpreter needs triton >= 3.8",
-                 Platform("cpu", "cpu", "3.7.1", True)),
     FallbackCase("tiled-head-dim", "geometry", "multiple of 128, got 64", config=TILED,
                  geometry=IndexerGeometry(8, 64, 64)),
     FallbackCase("tiled-head-dim-32", "geometry", "multiple of 128, got 32", config=TILED,
@@ -142,8 +141,8 @@ def test_platform_detect_on_the_cpu(monkeypatch):
 
 @dataclass(frozen=True)
 class TritonCase:
-    """check_triton on one platform: the interpreter's tl.dot_scaled needs 3.8 whatever the device, compiled
-    backends 3.3 (the device type alone does not decide)."""
+    """check_triton on one platform: the interpreter passes on every triton (before 3.8 on the unpack path),
+    compiled backends need 3.3 (the device type alone does not decide)."""
 
     version: str
     device_type: str
@@ -156,8 +155,8 @@ class TritonCase:
 
 TRITON_CASES = [
     TritonCase("3.8.0", "cpu", True, True),
-    TritonCase("3.7.9", "cpu", True, False),
-    TritonCase("3.6.0", "cuda", True, False),      # interpreted kernels on a GPU machine: still the interpreter
+    TritonCase("3.7.9", "cpu", True, True),
+    TritonCase("3.2.0", "cuda", True, True),       # interpreted kernels on a GPU machine: still the interpreter
     TritonCase("3.8.0+git12", "cuda", True, True),
     TritonCase("3.3.0", "cuda", False, True),
     TritonCase("3.2.9", "cuda", False, False),
@@ -172,10 +171,20 @@ def test_triton_gate_follows_the_interpreter_flag(case: TritonCase):
     if case.passes:
         assert reason is None, reason
     else:
-        need = "3.8" if case.interpreter else "3.3"
-        where = "the Triton interpreter" if case.interpreter else "compiled backends"
-        assert reason == (f"triton {case.version} is too old: tl.dot_scaled in {where} needs triton >= {need}"), \
-            reason
+        assert reason == (f"triton {case.version} is too old: tl.dot_scaled in compiled backends needs triton >= "
+                          "3.3"), reason
+
+
+@pytest.mark.parametrize("version, note", [
+    ("3.7.1", "; MXFP4 scorers on the exact unpack path (the triton 3.7.1 interpreter has no tl.dot_scaled, which "
+              "needs 3.8)"),
+    ("3.8.0", ""),
+])
+def test_interpreter_without_dot_scaled_passes_and_says_which_path(version, note):
+    decision = _decide(MXFP4, IndexerGeometry(8, 128, 64), Platform("cpu", "cpu", version, True),
+                       lambda config, geometry, device: None)
+    assert not decision.fell_back
+    assert decision.reason == f"all gates passed on cpu{note}"
 
 
 def test_parse_version():

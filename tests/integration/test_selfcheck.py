@@ -9,6 +9,7 @@ import hw
 from integration import selfcheck
 from integration.config import IndexerConfig
 from integration.gates import IndexerGeometry, decide
+from tests.hw._logits_fixtures import mx_path
 
 pytestmark = pytest.mark.interp
 
@@ -103,7 +104,7 @@ def test_a_device_that_is_not_there_fails_the_check(fresh_cache):
 def test_the_bound_uses_hw_declared_roundings(path, n, device, fresh_cache, monkeypatch):
     """n of the fp32 bound is hw.logits.dot_product_roundings for the path the launch takes (MXIDX_MXFP4_PATH
     included), per kernel and on the check's device: D/32 on unpack, D on dot_scaled."""
-    monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
+    mx_path(monkeypatch, path)
     asked = []
     real = hw.logits.dot_product_roundings
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import hw
 from tools import difftest
 from tools.cmd_diff import diff
+from tests.hw._logits_fixtures import mx_path
 
 QUICK_SUBSET = ("writer-mxfp4-D32-P16-fp32", "qq-fp8-H3-D64-bf16", "gather-tiled-D128-P16", "topk-R6-W300-k64")
 
@@ -131,7 +132,7 @@ def test_a_raising_kernel_fails_its_case_with_the_exception(device, monkeypatch,
 def test_scorer_bounds_use_hw_declared_roundings(device, monkeypatch, path, kernel, name):
     """n of each scorer case's bound is hw.logits.dot_product_roundings for the path that runs (D/32 on unpack,
     D on dot_scaled), not one n for every path."""
-    monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
+    mx_path(monkeypatch, path)
     asked = []
     real = hw.logits.dot_product_roundings
 
