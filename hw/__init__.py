@@ -6,6 +6,13 @@ Every launcher checks its arguments on the host without a device sync (legal in 
 ValueError naming the bad argument; the launchers with a validate mode (validate=True, or MXIDX_VALIDATE=1 for all of
 them) also check the values they otherwise trust, with device syncs.
 """
+import os
+
+# Triton 3.9 warns that its default for FP fusion (fma contraction, on since before 3.6) turns off in 3.10. Pin
+# the default the kernels are verified and timed with, so compiled code does not change with the triton version;
+# an explicit setting by the user wins.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
 from .gather import cp_gather_indexer_k_quant_cache
 from .logits import fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits, get_paged_mqa_logits_metadata
 from .quant import indexer_k_quant_and_cache, quantize_q_fp8, quantize_q_mxfp4

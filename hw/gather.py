@@ -13,8 +13,8 @@ import triton
 
 from ._cache_view import HEAD_DIMS, LAYOUTS, bytes_per_token, check_cache_view, check_pages_in_span
 from ._checks import (FP8_DTYPE, MX_BLOCK, check_int, check_kernel_device, check_same_device, check_tensor,
-                      stream_capturing, validate_requested)
-from ._gather_details import BLOCK_B, BLOCK_T, NUM_WARPS
+                      stream_capturing, validate_requested, kernels_interpreted)
+from ._gather_details import BLOCK_B, BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS
 from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
 
 
@@ -110,8 +110,10 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
         out = (values, scales)
         extra = {"TILED": view.layout == "mxfp4_tiled"}
     if num_tokens:
-        kernel[(triton.cdiv(num_tokens, BLOCK_T),)](
+        # the CPU interpreter pays per operation, not per row: many more rows per program there
+        block_t = INTERPRETER_BLOCK_T if kernels_interpreted(kernel) else BLOCK_T
+        kernel[(triton.cdiv(num_tokens, block_t),)](
             kv_cache, block_table, cu_seq_lens, *out, num_tokens, batch, block_table.shape[1], view.num_pages,
             view.page_stride, *block_table.stride(), D=head_dim, D_PAD=triton.next_power_of_2(head_dim),
-            P=view.page_size, BLOCK_T=BLOCK_T, BLOCK_B=BLOCK_B, num_warps=NUM_WARPS, **extra)
+            P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B, num_warps=NUM_WARPS, **extra)
     return (values.view(FP8_DTYPE), scales) if kv_format == "fp8" else (values, scales)

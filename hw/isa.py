@@ -82,6 +82,7 @@ _AMD_TOTAL_VGPRS = re.compile(r"^; TotalNumVgprs: (\d+)", re.M)
 _AMD_LLVM_OCCUPANCY = re.compile(r"^; Occupancy: (\d+)", re.M)
 _NV_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _EXIT_BAD_ARGUMENT = 2
+_PROGRESS_PREFIX = "progress: "   # child stderr lines that carry progress (python -m hw.isa --progress)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def analyze(spec: CompileSpec, target: str) -> KernelIsa:
 
 
 def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | None = None, *,
-           scaled_mfma_only: bool = False) -> tuple[tuple[KernelIsa, ...], tuple[str, ...]]:
+           scaled_mfma_only: bool = False, progress=None) -> tuple[tuple[KernelIsa, ...], tuple[str, ...]]:
     """(one KernelIsa per spec of `modules` meant for `target`, the modules without ISA_SPECS).
 
     `modules` defaults to every kernel package of hw/. `kernel` filters: a full label ("topk/k2048"), a label
@@ -198,33 +199,48 @@ def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | No
     keeps the specs that claim scaled MFMA (the MXFP4 scorers for D >= 64).
     Under TRITON_INTERPRET=1 the kernels (and Triton's own tl.sort & co.) are interpreter objects that cannot be
     compiled, so the report is then made by a child Python process without it (`python -m hw.isa`).
+    `progress`, if given, is called with one line per kernel as it is compiled ("[i/n] label  s").
     """
     if target not in GPU_TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     if triton.knobs.runtime.interpret:
-        return _report_in_child(target, kernel, modules, scaled_mfma_only)
+        return _report_in_child(target, kernel, modules, scaled_mfma_only, progress)
     specs, missing = load_specs(modules)
     chosen = [s for s in specs if target in s.targets and (kernel is None or _matches(s, kernel))
               and (s.scaled_mfma or not scaled_mfma_only)]
     if kernel is not None and not chosen:
         raise ValueError(f"kernel {kernel!r} matches no spec for {target}; labels: "
                          f"{sorted(s.label for s in specs if target in s.targets)}")
-    return tuple(analyze(s, target) for s in chosen), missing
+    kernels = []
+    for i, spec in enumerate(chosen, 1):
+        kernels.append(analyze(spec, target))
+        if progress is not None:
+            progress(f"[{i}/{len(chosen)}] {spec.label}  {kernels[-1].compile_s:.1f} s")
+    return tuple(kernels), missing
 
 
-def _report_in_child(target, kernel, modules, scaled_mfma_only):
+def _report_in_child(target, kernel, modules, scaled_mfma_only, progress):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # the child imports what this process can
     cmd = [sys.executable, "-m", __name__, target]
     cmd += [] if kernel is None else ["--kernel", kernel]
     cmd += [] if modules is None else ["--modules", ",".join(modules)]
     cmd += ["--scaled-mfma-only"] if scaled_mfma_only else []
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if done.returncode == _EXIT_BAD_ARGUMENT:
-        raise ValueError(done.stderr.strip().splitlines()[-1])
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    result = json.loads(done.stdout)
+    cmd += ["--progress"] if progress is not None else []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        stderr = []
+        for line in child.stderr:               # the child's progress lines, passed on as they come
+            if progress is not None and line.startswith(_PROGRESS_PREFIX):
+                progress(line[len(_PROGRESS_PREFIX):].rstrip("\n"))
+            else:
+                stderr.append(line)
+        stdout = child.stdout.read()
+    stderr = "".join(stderr)
+    if child.returncode == _EXIT_BAD_ARGUMENT:
+        raise ValueError(stderr.strip().splitlines()[-1])
+    if child.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({child.returncode}):\n{stderr[-4000:]}")
+    result = json.loads(stdout)
     return tuple(KernelIsa.from_json(d) for d in result["kernels"]), tuple(result["missing"])
 
 
@@ -344,10 +360,14 @@ def _main(argv=None) -> None:
     parser.add_argument("--kernel")
     parser.add_argument("--modules", help="comma-separated modules exporting ISA_SPECS (default: hw's packages)")
     parser.add_argument("--scaled-mfma-only", action="store_true")
+    parser.add_argument("--progress", action="store_true", help="one stderr line per compiled kernel")
     args = parser.parse_args(argv)
     modules = None if args.modules is None else tuple(args.modules.split(","))
     try:
-        kernels, missing = report(args.target, args.kernel, modules, scaled_mfma_only=args.scaled_mfma_only)
+        progress = (lambda line: print(_PROGRESS_PREFIX + line, file=sys.stderr, flush=True)) if args.progress \
+            else None
+        kernels, missing = report(args.target, args.kernel, modules, scaled_mfma_only=args.scaled_mfma_only,
+                                  progress=progress)
     except ValueError as e:
         print(e, file=sys.stderr)
         raise SystemExit(_EXIT_BAD_ARGUMENT) from None

@@ -163,6 +163,13 @@ def _is_nvidia(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None
 
 
+def _backend(device: torch.device) -> str:
+    """The launch_config backend of `device`: "interpreter" (CPU tensors), "nvidia" or "amd"."""
+    if kernels_interpreted():
+        return "interpreter"
+    return "nvidia" if _is_nvidia(device) else "amd"
+
+
 def _mx_path_name(device: torch.device, kernel: str) -> str:
     """The MXFP4 dot path of `kernel` ("prefill" | "decode") on `device`: MXIDX_MXFP4_PATH, else the default."""
     nvidia = _is_nvidia(device)
@@ -238,9 +245,9 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
     if num_q == 0 or num_k == 0:
         return out
-    nvidia = _is_nvidia(device)
+    backend = _backend(device)
     h_pad, block_s = cfg.prefill_tiles(num_heads, "fp8" if kv_format == "fp8" else _mx_path_name(device, "prefill"),
-                                       nvidia)
+                                       backend)
     q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
     grid = (triton.cdiv(num_q, block_s), triton.cdiv(num_k, cfg.PREFILL_KEYS_PER_PROGRAM))
     prefill_logits_kernel[grid](
@@ -248,10 +255,10 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
         num_q, num_k,
         q_v.stride(0), q_v.stride(1), q_s.stride(0), q_s.stride(1),
         k_v.stride(0), k_s.stride(0), weights.stride(0), out.stride(0),
-        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.prefill_settings(nvidia).block_n,
+        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.prefill_settings(backend).block_n,
         KEYS_PER_PROGRAM=cfg.PREFILL_KEYS_PER_PROGRAM,
         KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, MX_PATH=_mx_path(device, "prefill"),
-        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(nvidia),
+        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(backend),
     )
     return out
 

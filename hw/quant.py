@@ -13,8 +13,8 @@ import triton
 
 from ._cache_view import check_cache_view, check_head_dim
 from ._checks import (FP8_DTYPE, MX_BLOCK, check_int32_extent, check_kernel_device, check_same_device,
-                      check_tensor, validate_requested)
-from ._quant_details import BLOCK_T, NUM_WARPS, codecs
+                      check_tensor, validate_requested, kernels_interpreted)
+from ._quant_details import BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS, codecs
 from ._quant_details.kernels import (k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel,
                                      q_quant_mxfp4_kernel)
 
@@ -28,6 +28,11 @@ SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
 CANONICAL_SCALE_RULE = "rceil"
 COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' one 32-bit input offset
 
+
+
+def _rows_per_program() -> int:
+    """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation)."""
+    return INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
 
 def _scale_rule_id(scale_rule) -> int:
     rule = getattr(scale_rule, "value", scale_rule)  # accepts sim.formats.ScaleRule members too
@@ -105,16 +110,17 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
         _validate_slots(slot_mapping, num_slots)
     if num_tokens == 0:
         return
-    grid = (triton.cdiv(num_tokens, BLOCK_T),)
+    block_t = _rows_per_program()
+    grid = (triton.cdiv(num_tokens, block_t),)
     common = (k, kv_cache, slot_mapping, num_tokens, num_slots, view.page_stride,
               *k.stride(), slot_mapping.stride(0))
     d_pad = triton.next_power_of_2(head_dim)
     if view.kv_format == "fp8":
-        k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=BLOCK_T,
+        k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=block_t,
                                        num_warps=NUM_WARPS)
     else:
         k_quant_cache_mxfp4_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size,
-                                         TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=BLOCK_T,
+                                         TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=block_t,
                                          num_warps=NUM_WARPS)
 
 
@@ -132,9 +138,10 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) ->
     codes = torch.empty(*q.shape[:-1], head_dim // 2, dtype=torch.uint8, device=q.device)
     scales = torch.empty(*q.shape[:-1], head_dim // MX_BLOCK, dtype=torch.uint8, device=q.device)
     if rows.shape[0]:
-        q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], BLOCK_T),)](
+        block_t = _rows_per_program()
+        q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, codes, scales, rows.shape[0], *rows.stride(),
-            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=BLOCK_T,
+            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=block_t,
             num_warps=NUM_WARPS)
     return codes, scales
 
@@ -144,8 +151,8 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
     weights float32 [..., H]), both contiguous.
 
     q: D a multiple of 32 in 32..256, any strides whose leading dims merge into rows without a copy; weights: the
-    same leading shape, mergeable likewise. Each (token, head) row gets scale 2^k, the smallest with 448 * 2^k >= max(amax, 1e-4); values are
-    q / 2^k rounded to nearest even and saturated to +-448, and the scale is folded into the returned weights
+    same leading shape, mergeable likewise. Each (token, head) row gets scale 2^k, the smallest with
+    448 * 2^k >= max(amax, 1e-4); values are q / 2^k rounded to nearest even and saturated to +-448, and the scale is folded into the returned weights
     (weights * 2^k), as the FP8 scorer expects (DESIGN §8). A row with a NaN/Inf: values 0x7F, weight NaN.
     """
     rows = _rows_view("q", q)
@@ -161,8 +168,9 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
     values = torch.empty(q.shape, dtype=torch.uint8, device=q.device)
     folded = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     if rows.shape[0]:
-        q_quant_fp8_kernel[(triton.cdiv(rows.shape[0], BLOCK_T),)](
+        block_t = _rows_per_program()
+        q_quant_fp8_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, w_rows, values, folded, rows.shape[0], *rows.stride(), w_rows.stride(0),
-            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), BLOCK_T=BLOCK_T,
+            D=head_dim, D_PAD=triton.next_power_of_2(head_dim), BLOCK_T=block_t,
             num_warps=NUM_WARPS)
     return values.view(FP8_DTYPE), folded

@@ -49,7 +49,7 @@ class IndexerConfig:
         if self.layout is not None:
             _check_choice(KEY_LAYOUT, self.layout, MXFP4_LAYOUTS)
         if self.kv_dtype == "fp8" and (self.layout is not None or self.scale_rule != CANONICAL_SCALE_RULE):
-            raise ValueError(f"{KEY_LAYOUT} and {KEY_SCALE_RULE} configure the MXFP4 cache; with "
+            raise ValueError(f"--attention-config: {KEY_LAYOUT} and {KEY_SCALE_RULE} configure the MXFP4 cache; with "
                              f'{KEY_KV_DTYPE}="fp8" leave them out (or set {KEY_KV_DTYPE}="mxfp4")')
 
     @property
@@ -64,7 +64,11 @@ class IndexerConfig:
         Raises ValueError on malformed JSON, a non-object, a repeated key, unknown keys or values; the message
         lists the choices.
         """
-        if text is None or not text.strip():
+        if text is None:
+            return cls()
+        if not isinstance(text, str):
+            raise ValueError(f"--attention-config must be a JSON string, got {type(text).__name__}: {text!r}")
+        if not text.strip():
             return cls()
         try:
             obj = json.loads(text, object_pairs_hook=_object_without_repeated_keys)

@@ -63,8 +63,8 @@ class DemoSettings:
 
     @classmethod
     def for_device(cls, device: str, **overrides) -> "DemoSettings":
-        """CPU: 2 layers, H=8, a 1024-token prompt, k = 64 (about 80 s on 2 cores, mostly the interpreted prefill
-        scorer); GPU: 4 layers, H=32, an 8K prompt, k = 2048."""
+        """CPU: 2 layers, H=8, a 1024-token prompt, k = 64 (the Triton interpreter); GPU: 4 layers, H=32, an 8K
+        prompt, k = 2048."""
         base = cls() if device == "cpu" else cls(layers=4, prompt_len=LONG_CONTEXT, decode_steps=16, num_heads=32)
         return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -116,7 +116,8 @@ def run_demo(config: IndexerConfig, settings: DemoSettings, device: str, *,
     progress = progress or (lambda message: None)
     dev = torch.device(device)
     geometry = IndexerGeometry(settings.num_heads, settings.head_dim, settings.page_size)
-    progress("gates: deciding the indexer format (the MXFP4 self-check runs the kernels once)")
+    progress("gates: deciding the indexer format" + (" (the MXFP4 self-check runs the kernels once)"
+                                                      if config.kv_dtype == "mxfp4" else ""))
     start = time.perf_counter()
     decision = decide(config, geometry, dev)
     gate_seconds = time.perf_counter() - start

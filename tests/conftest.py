@@ -22,7 +22,7 @@ def device() -> torch.device:
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return
-    skip_gpu = pytest.mark.skip(reason="needs a GPU; runs on the H200 through the device tool")
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)

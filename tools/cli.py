@@ -32,5 +32,6 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mxidx", prog_name="mxidx", message="%(prog)s %(version)s")
 def main():
     """mxidx: MXFP4 paged sparse indexing (simulator, kernels, serving hook)."""

@@ -254,20 +254,21 @@ def _table(rows, columns):
 
 
 @click.command()
-@click.option("--batch", default=64, show_default=True)
-@click.option("--next-n", default=1, show_default=True)
-@click.option("--heads", default=32, show_default=True)
-@click.option("--head-dim", default=128, show_default=True)
-@click.option("--context", default=8192, show_default=True)
-@click.option("--page-size", default=64, show_default=True)
-@click.option("--prefill-queries", default=4096, show_default=True, help="prefill: queries (= keys); 0 skips")
-@click.option("--topk-k", default=2048, show_default=True, help="top-k over the decode rows' width; 0 skips")
-@click.option("--inner", default=20, show_default=True, help="kernel calls per graph replay")
-@click.option("--replays", default=30, show_default=True)
-@click.option("--json-out", type=click.Path(dir_okay=False), help="also write the results as JSON here")
+@click.option("--batch", default=64, show_default=True, help="Decode: sequences B.")
+@click.option("--next-n", default=1, show_default=True, help="Decode: query tokens per sequence (next_n).")
+@click.option("--heads", default=32, show_default=True, help="Indexer heads H (decode and prefill).")
+@click.option("--head-dim", default=128, show_default=True, help="Head dim D (decode and prefill).")
+@click.option("--context", default=8192, show_default=True, help="Decode: context length of every sequence.")
+@click.option("--page-size", default=64, show_default=True, help="Decode: tokens per cache page P.")
+@click.option("--prefill-queries", default=4096, show_default=True, help="Prefill: queries (= keys); 0 skips.")
+@click.option("--topk-k", default=2048, show_default=True, help="Top-k over the decode rows' width; 0 skips.")
+@click.option("--inner", default=20, show_default=True, help="Kernel calls per CUDA-graph replay.")
+@click.option("--replays", default=30, show_default=True, help="Timed graph replays per measurement (median).")
+@click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the results as JSON here.")
 def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, topk_k, inner, replays, json_out):
-    """Decode scorer (FP8; MXFP4 on each dot path; MXFP4 tiled), prefill scorer (FP8 vs MXFP4, full and causal) and
-    top-k timings, against the copy bandwidth and the bf16 matmul rate measured in the same run."""
+    """Time the kernels on a CUDA GPU (needs one; on a CPU, `mxidx diff --quick` checks the kernels instead):
+    decode scorer (FP8; MXFP4 on each dot path; MXFP4 tiled), prefill scorer (FP8 vs MXFP4, full and causal) and
+    top-k, against the copy bandwidth and the bf16 matmul rate measured in the same run."""
     import torch
 
     if not torch.cuda.is_available():

@@ -43,6 +43,10 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
     from integration.demo import DemoSettings, format_report, run_demo
 
     try:
+        if not attention_config.strip():   # a serving config reads "" as the FP8 default; the demo's is MXFP4
+            raise ValueError(f"--attention-config is empty; leave the option out for the demo's default "
+                             f"{DEMO_ATTENTION_CONFIG} or give a JSON object such as "
+                             '\'{"indexer_kv_dtype": "fp8"}\'')
         config = IndexerConfig.from_json(attention_config)
         settings = DemoSettings.for_device(device, layers=layers, prompt_len=prompt_len, decode_steps=decode_steps,
                                            num_heads=heads, top_k=top_k)

@@ -22,12 +22,13 @@ _HEADER = ("kernel", "warps", "matrix instructions", "registers", "scratch", "sh
               help="Only specs whose label is NAME or starts with NAME/ (e.g. topk), or whose function is NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 def isa(target: str, kernel: str | None, as_json: bool):
-    """Cross-compile hw/'s kernels for TARGET and report matrix instructions, registers, scratch, shared memory
-    and occupancy."""
+    """Cross-compile hw/'s kernels for the --target GPU (no GPU needed) and report matrix instructions, registers,
+    scratch, shared memory and occupancy. Prints one progress line per kernel to stderr (an empty Triton cache
+    takes about a minute)."""
     from hw import isa as hw_isa
 
     try:
-        kernels, missing = hw_isa.report(target, kernel)
+        kernels, missing = hw_isa.report(target, kernel, progress=lambda line: click.echo(line, err=True))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--kernel") from None
     ok = not any(k.failures for k in kernels)

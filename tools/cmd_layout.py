@@ -26,36 +26,71 @@ _BOUNDARY_NOTES = {INT31: "int32 byte offsets wrap negative from here",
 _DEFAULT_NOTE = "first failing offset reported in production"
 
 
-def _load_cache(path: str):
-    """A saved pool -> (flat uint8 array, geometry hints from a .pt cache view or {})."""
-    try:
-        if path.endswith(".pt"):
-            try:
-                import torch  # only for .pt files: `mxidx layout` stays torch-free otherwise
-            except ImportError:
-                raise BadInput(f"--cache: reading {path} needs torch; save the pool with np.save instead") from None
+_NPY_MAGIC = b"\x93NUMPY"          # the first bytes of every np.save file
+_ZIP_MAGIC = b"PK\x03\x04"         # torch.save writes a zip archive
+_SAVE_HINT = "save the pool with np.save(path, pool) (a C-ordered uint8 array) or torch.save(uint8_tensor, path)"
 
-            t = torch.load(path, map_location="cpu", weights_only=True)
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
-                raise BadInput(f"--cache: {path} must hold a uint8 tensor, got {getattr(t, 'dtype', type(t))}")
-            if t.dim() != 4:
-                return t.contiguous().reshape(-1).numpy(), {}
-            # A 4-D cache view [num_pages, P, 1, bytes_per_token] into a pool: verify it where it lies in the pool.
-            if t.shape[2] != 1 or t.stride(1) != t.shape[3] or t.stride(3) != 1:
-                raise BadInput(f"--cache: the saved cache view must be [num_pages, P, 1, bytes_per_token] with "
-                               f"stride(1) == bytes_per_token and stride(3) == 1 (DESIGN §8), got shape "
-                               f"{list(t.shape)}, strides {list(t.stride())}")
-            storage = t.untyped_storage()
-            flat = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),)).numpy()
-            return flat, {"num_pages": t.shape[0], "page_stride": t.stride(0), "view_offset": t.storage_offset(),
-                          "page_size": t.shape[1], "bytes_per_token": t.shape[3]}
+
+def _file_start(path: str, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError as e:
+        raise BadInput(f"--cache: cannot open {path}: {e.strerror or e}") from None
+
+
+def _load_cache(path: str):
+    """A saved pool -> (flat uint8 array, geometry hints from a .pt cache view or {}). BadInput, saying what is
+    wrong with the file, for anything that is not a saved uint8 pool."""
+    if path.endswith(".pt"):
+        return _load_pt(path)
+    if _file_start(path, len(_NPY_MAGIC)) != _NPY_MAGIC:
+        raise BadInput(f"--cache: {path} is not a .npy file (it does not start with NumPy's header); {_SAVE_HINT}")
+    try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+    except ValueError as e:
+        if "Python objects" in str(e) or "allow_pickle" in str(e):   # an object array
+            raise BadInput(f"--cache: {path} holds Python objects, not bytes; {_SAVE_HINT}") from None
+        if "mmap length" in str(e):  # the header promises more data than the file has
+            raise BadInput(f"--cache: {path} is truncated: shorter than its .npy header says; save it again") \
+                from None
+        raise BadInput(f"--cache: {path} has a damaged .npy header; save it again") from None
+    except (OSError, EOFError) as e:
         raise BadInput(f"--cache: cannot read {path}: {e}") from None
-    if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or not arr.flags.c_contiguous:
-        raise BadInput(f"--cache: {path} must hold one C-contiguous uint8 array (.npy), got "
-                       f"{getattr(arr, 'dtype', type(arr).__name__)}")
+    if arr.dtype != np.uint8:
+        raise BadInput(f"--cache: {path} holds a {arr.dtype} array; the pool must be uint8 bytes; {_SAVE_HINT}")
+    if not arr.flags.c_contiguous:
+        raise BadInput(f"--cache: {path} holds a Fortran-ordered {arr.ndim}-D array, so its bytes are not in pool "
+                       f"order; save np.ascontiguousarray(pool) (or the flat pool) instead")
     return arr.reshape(-1), {}
+
+
+def _load_pt(path: str):
+    try:
+        import torch  # only for .pt files: `mxidx layout` stays torch-free otherwise
+    except ImportError:
+        raise BadInput(f"--cache: reading {path} needs torch; save the pool with np.save instead") from None
+    if _file_start(path, len(_ZIP_MAGIC)) != _ZIP_MAGIC:
+        raise BadInput(f"--cache: {path} is not a torch.save file (not a zip archive); {_SAVE_HINT}")
+    try:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:   # weights_only refuses anything but tensors and plain containers
+        raise BadInput(f"--cache: {path} holds Python objects other than tensors; save a uint8 tensor") from None
+    except (OSError, RuntimeError, EOFError, ValueError):
+        raise BadInput(f"--cache: {path} is a damaged or truncated torch.save file; save it again") from None
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+        raise BadInput(f"--cache: {path} must hold a uint8 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if t.dim() != 4:
+        return t.contiguous().reshape(-1).numpy(), {}
+    # A 4-D cache view [num_pages, P, 1, bytes_per_token] into a pool: verify it where it lies in the pool.
+    if t.shape[2] != 1 or t.stride(1) != t.shape[3] or t.stride(3) != 1:
+        raise BadInput(f"--cache: the saved cache view must be [num_pages, P, 1, bytes_per_token] with "
+                       f"stride(1) == bytes_per_token and stride(3) == 1 (DESIGN §8), got shape "
+                       f"{list(t.shape)}, strides {list(t.stride())}")
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),)).numpy()
+    return flat, {"num_pages": t.shape[0], "page_stride": t.stride(0), "view_offset": t.storage_offset(),
+                  "page_size": t.shape[1], "bytes_per_token": t.shape[3]}
 
 
 def _load_block_table(path: str) -> np.ndarray:

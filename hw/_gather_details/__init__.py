@@ -10,7 +10,8 @@ import triton
 from .._isa_spec import CompileSpec
 from .kernels import gather_fp8_kernel, gather_mxfp4_kernel
 
-BLOCK_T = 16    # output rows per program
+BLOCK_T = 16    # output rows per program on a GPU
+INTERPRETER_BLOCK_T = 512   # in the CPU interpreter, which pays per Triton operation rather than per row
 BLOCK_B = 64    # sequence ends compared per step of the row -> sequence search
 NUM_WARPS = 4
 

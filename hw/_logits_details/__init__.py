@@ -29,8 +29,9 @@ def _prefill_spec(kv_format: str, head_dim: int, target: str, mx_path: int = MX_
     """The prefill kernel as launched on `target`: sm90 with launch_config.PREFILL["nvidia"], gfx950 with "amd"."""
     mx = kv_format == "mxfp4"
     nvidia = target == "sm90"
+    backend = "nvidia" if nvidia else "amd"
     path = _MX_PATH_NAMES[mx_path] if mx else "mma"
-    h_pad, block_s = cfg.prefill_tiles(_HEADS, path if mx else "fp8", nvidia)
+    h_pad, block_s = cfg.prefill_tiles(_HEADS, path if mx else "fp8", backend)
     return CompileSpec(
         label=f"prefill_logits/{kv_format}/{path}/D{head_dim}", fn=prefill_logits_kernel,
         signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
@@ -38,10 +39,10 @@ def _prefill_spec(kv_format: str, head_dim: int, target: str, mx_path: int = MX_
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
         constexprs={"H": _HEADS, "H_PAD": h_pad, "D": head_dim, "BLOCK_S": block_s,
-                    "BLOCK_N": cfg.prefill_settings(nvidia).block_n, "KEYS_PER_PROGRAM": cfg.PREFILL_KEYS_PER_PROGRAM,
+                    "BLOCK_N": cfg.prefill_settings(backend).block_n, "KEYS_PER_PROGRAM": cfg.PREFILL_KEYS_PER_PROGRAM,
                     "KV_FORMAT": (KV_MXFP4 if mx else KV_FP8).value, "MX_PATH": mx_path,
                     "PROMOTE_K": cfg.FP8_PROMOTE_K, "CLEAN": True},
-        **cfg.prefill_launch_options(nvidia), targets=(target,),
+        **cfg.prefill_launch_options(backend), targets=(target,),
         scaled_mfma=mx and mx_path == MX_DOT_SCALED.value and head_dim >= 64,
         scratch_ok=_PREFILL_SCRATCH_OK if nvidia else "")
 

@@ -24,13 +24,19 @@ class PrefillTiles:
 #: docs/perf/h200-bench.md): 128 rows x 128-key steps x 4 warps took FP8 668 us and MXFP4 dot_scaled 1000 us,
 #: against 1229 / 3295 us for 64 x 64 x 8 warps, although they compile with a stack frame on sm_90 (the hw.isa
 #: report lists it); the unpack paths spill badly at 128 rows (unpack_ptx 6.5 ms) and take 64 (1.41 ms).
-#: "amd" (HIP, and the CPU interpreter): not timed (no gfx950 here); 64 x 64 x 8 warps, the tiles that compile
-#: for gfx950 without scratch (at 128 x 128 x 4 the MXFP4 kernel spills 231 VGPRs).
+#: "amd" (HIP): not timed (no gfx950 here); 64 x 64 x 8 warps, the tiles that compile for gfx950 without scratch
+#: (at 128 x 128 x 4 the MXFP4 kernel spills 231 VGPRs).
+#: "interpreter" (CPU): the interpreter pays per Triton operation, almost independently of its size, so the
+#: tiles are as large as memory comfortably allows (a 1024-token causal prefill at H = 8: 37 s at 64 x 64,
+#: about 1 s at 1024 x 256 with dot_scaled).
 PREFILL = {
     "nvidia": PrefillTiles(tile_rows={"fp8": 128, "dot_scaled": 128, "unpack": 64, "unpack_ptx": 64}, block_n=128,
                            num_warps=4),
     "amd": PrefillTiles(tile_rows={"fp8": 64, "dot_scaled": 64, "unpack": 64}, block_n=64, num_warps=8),
+    "interpreter": PrefillTiles(tile_rows={"fp8": 1024, "dot_scaled": 1024, "unpack": 1024}, block_n=256,
+                                num_warps=4),
 }
+BACKENDS = tuple(PREFILL)             # "nvidia" | "amd" | "interpreter": what the launch settings depend on
 PREFILL_KEYS_PER_PROGRAM = 4096       # keys one prefill program walks (a multiple of every block_n)
 PAGED_NUM_WARPS = 4
 #: register cap per thread of the paged kernel on NVIDIA (ptxas .maxnreg) per format; None: the compiler's choice
@@ -55,22 +61,22 @@ def head_pad(num_heads: int, rows: int, min_rows: int = MMA_MIN_ROWS) -> int:
     return max(triton.next_power_of_2(num_heads), min_rows // rows)
 
 
-def prefill_settings(nvidia: bool) -> PrefillTiles:
-    """PREFILL's entry for an NVIDIA GPU (nvidia=True) or for HIP and the interpreter."""
-    return PREFILL["nvidia" if nvidia else "amd"]
+def prefill_settings(backend: str) -> PrefillTiles:
+    """PREFILL's entry for `backend` (one of BACKENDS)."""
+    return PREFILL[backend]
 
 
-def prefill_tiles(num_heads: int, variant: str, nvidia: bool) -> tuple[int, int]:
+def prefill_tiles(num_heads: int, variant: str, backend: str) -> tuple[int, int]:
     """(H_PAD, BLOCK_S) of the prefill kernel; variant: "fp8" or the MXFP4 dot path's name."""
     h_pad = head_pad(num_heads, 1)
-    return h_pad, max(1, prefill_settings(nvidia).tile_rows[variant] // h_pad)
+    return h_pad, max(1, prefill_settings(backend).tile_rows[variant] // h_pad)
 
 
-def prefill_launch_options(nvidia: bool) -> dict:
+def prefill_launch_options(backend: str) -> dict:
     """num_warps (and num_stages when set) of the prefill kernel. Steps narrower than 32 keys get at most 4 warps:
     with 8, each of the two warpgroups would own fewer than 16 columns of a 64-row tile, which Triton 3.6 to 3.9
     fail to lower for tl.dot_scaled on sm_90 (ConvertTritonGPUToLLVM: PassManager::run failed)."""
-    tiles = prefill_settings(nvidia)
+    tiles = prefill_settings(backend)
     options = {"num_warps": tiles.num_warps if tiles.block_n >= 32 else min(tiles.num_warps, 4)}
     if tiles.num_stages is not None:
         options["num_stages"] = tiles.num_stages

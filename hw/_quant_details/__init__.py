@@ -13,7 +13,8 @@ from .._isa_spec import CompileSpec
 from .codecs import RULE_RCEIL
 from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel, q_quant_mxfp4_kernel
 
-BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program
+BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
+INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
 NUM_WARPS = 4
 
 _WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "num_tokens": "i32", "num_slots": "i32",

@@ -59,7 +59,8 @@ def _order_key(x, visible):
     """uint32 key of fp32 `x` (see the module docstring); 0 where `visible` is False."""
     bits = x.to(tl.uint32, bitcast=True)
     bits = tl.where(bits == _SIGN, 0, bits)                       # -0.0 == +0.0
-    key = tl.where(bits >= _SIGN, bits ^ _NO_KEY, bits | _SIGN)   # ^ all ones, not ~: the 3.6/3.7 interpreter's ~ overflows on uint32
+    # flip all bits with ^ rather than ~: the 3.6/3.7 interpreters' ~ overflows on uint32
+    key = tl.where(bits >= _SIGN, bits ^ _NO_KEY, bits | _SIGN)
     key = tl.where((bits & _ABS_MASK) > _INF_BITS, _KEY_NAN, key)
     return tl.where(visible, key, _KEY_NONE).to(tl.uint32)
 

@@ -66,10 +66,12 @@ def test_prefill_matches_reference(case: PrefillCase, path, device, monkeypatch)
                                        (CASES[8], None)],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
 def test_prefill_small_tiles(case: PrefillCase, path, device, monkeypatch):
-    """Programs of 32 keys in 16-key steps: several key spans per row block, ranges starting and ending mid-span."""
+    """Programs of 32 keys in 16-key steps and 32-row tiles: several key spans per row block, several row blocks,
+    ranges starting and ending mid-span."""
     monkeypatch.setattr(launch_config, "PREFILL_KEYS_PER_PROGRAM", 32)
     for backend, tiles in launch_config.PREFILL.items():
-        monkeypatch.setitem(launch_config.PREFILL, backend, dataclasses.replace(tiles, block_n=16))
+        rows = {variant: min(n, 32) for variant, n in tiles.tile_rows.items()}
+        monkeypatch.setitem(launch_config.PREFILL, backend, dataclasses.replace(tiles, block_n=16, tile_rows=rows))
     check_prefill_case(case, path, device, monkeypatch)
 
 

@@ -51,8 +51,15 @@ def test_scale_rules_are_sims():
     ('{"indexer_kv_dtype": "mxfp4", "indexer_kv_dtype": "fp8"}', r"key 'indexer_kv_dtype' is given twice"),
 ])
 def test_rejections_name_the_choices(text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as info:
         IndexerConfig.from_json(text)
+    assert str(info.value).startswith("--attention-config")    # every message names the option
+
+
+@pytest.mark.parametrize("value", [42, b'{"indexer_kv_dtype": "fp8"}', {"indexer_kv_dtype": "fp8"}])
+def test_from_json_takes_a_string(value):
+    with pytest.raises(ValueError, match=f"--attention-config must be a JSON string, got {type(value).__name__}"):
+        IndexerConfig.from_json(value)
 
 
 def test_unknown_key_message_lists_valid_keys():

@@ -29,6 +29,15 @@ def test_demo_tiny_run():
     assert "recall@4 of mxfp4 vs the bf16 reference" in out
     assert "with Hadamard" in out and "without Hadamard" in out
     assert "[hadamard] decode: step 1/1" in out        # progress lines (stderr, mixed into output by CliRunner)
+    assert "the MXFP4 self-check runs the kernels once" in out
+
+
+@pytest.mark.interp
+def test_fp8_demo_does_not_announce_a_self_check():
+    result = CliRunner().invoke(main, ["demo", *TINY, "--attention-config", '{"indexer_kv_dtype": "fp8"}'])
+    assert result.exit_code == 0, result.output
+    assert "gate decision     fp8 (layout fp8; requested)" in result.output
+    assert "self-check" not in result.output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -39,6 +48,10 @@ def test_demo_tiny_run():
     (["--attention-config", '{"indexer_kv_dtype": "mxfp4",\n "indexer_layout": "tiled"}'],
      "indexer_layout must be one of ['mxfp4', 'mxfp4_tiled'], got 'tiled'"),
     (["--top-k", "4096"], "top_k must be in 1..2048, got 4096"),
+    (["--attention-config", '{"indexer_layout": "mxfp4_tiled"}'], "--attention-config: indexer_layout and "),
+    (["--attention-config", ""], "--attention-config is empty; leave the option out for the demo's default "
+                                 '{"indexer_kv_dtype": "mxfp4"}'),
+    (["--attention-config", "  "], "--attention-config is empty"),
 ])
 def test_bad_settings_exit_2_with_one_line(args, message):
     """Errors in the indexer config or the demo settings: exit 2, one line (no usage block, no traceback), before

@@ -26,6 +26,7 @@ def test_json_report_of_one_kernel():
 def test_table_for_sm90():
     result = _invoke("--target", "sm90", "--kernel", "topk/k64")
     assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("[1/1] topk/k64  ") and result.stderr.rstrip().endswith(" s")   # progress
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["kernel", "warps", "matrix"]
     assert lines[2].startswith("topk/k64 ") and lines[2].rstrip().endswith("ok")
@@ -40,7 +41,7 @@ def test_failed_claim_exits_1(monkeypatch):
         spills=3, scratch_bytes=64, shared_bytes=0, occupancy=5, occupancy_max=8, limited_by="vgpr",
         compiler_occupancy=5, compile_s=0.0,
         failures=("scratch: 64 bytes, 3 spilled registers", "MXFP4 scorer without v_mfma_scale_f32_*_f8f6f4"))
-    monkeypatch.setattr(hw_isa, "report", lambda target, kernel=None: ((failing,), ()))
+    monkeypatch.setattr(hw_isa, "report", lambda target, kernel=None, progress=None: ((failing,), ()))
     result = _invoke("--target", "gfx950")
     assert result.exit_code == 1, result.output
     assert "FAIL: scratch: 64 bytes" in result.stdout and "CLAIMS FAILED" in result.stdout

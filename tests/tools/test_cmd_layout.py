@@ -134,7 +134,7 @@ def test_verify_pt_cache_view(tmp_path):
      "view_offset must be"),
     (["--kv-dtype", "mxfp4", "--page-size", 64, "--head-dim", 128], "--num-pages is required without --cache"),
     (["--kv-dtype", "mxfp4", "--page-size", 64, "--head-dim", 128, "--cache", "/nonexistent/x.npy"],
-     "--cache: cannot read /nonexistent/x.npy"),
+     "--cache: cannot open /nonexistent/x.npy: No such file or directory"),
     (["--kv-dtype", "mxfp4", "--page-size", 64, "--head-dim", 128, "--num-pages", 2, "--block-table",
       "/nonexistent/bt.npy"], "--block-table: cannot read"),
 ])
@@ -206,3 +206,55 @@ def test_verify_fp8_cache(tmp_path):
     r = run(*args, "--cache", tmp_path / "fp8.npy")
     assert r.exit_code == 1, r.output
     assert f"first: fp8_nan_value at page {page}, token {t}, element 5" in r.stdout
+
+
+def _garbage(path):
+    path.write_bytes(bytes(range(256)) * 2)
+
+
+def _truncated_npy(path):
+    np.save(path, np.zeros(100_000, np.uint8))
+    path.write_bytes(path.read_bytes()[:5000])
+
+
+def _fortran_npy(path):
+    np.save(path, np.asfortranarray(np.zeros((64, 100), np.uint8)))
+
+
+def _object_npy(path):
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+
+
+def _truncated_pt(path):
+    import torch
+    torch.save(torch.zeros(1000, dtype=torch.uint8), path)
+    path.write_bytes(path.read_bytes()[:300])
+
+
+class _NotATensor:
+    pass
+
+
+def _object_pt(path):
+    import torch
+    torch.save(_NotATensor(), path)
+
+
+@pytest.mark.parametrize("name, make, message", [
+    ("garbage.npy", _garbage, "is not a .npy file (it does not start with NumPy's header)"),
+    ("truncated.npy", _truncated_npy, "is truncated: shorter than its .npy header says"),
+    ("fortran.npy", _fortran_npy, "holds a Fortran-ordered 2-D array, so its bytes are not in pool order"),
+    ("objects.npy", _object_npy, "holds Python objects, not bytes"),
+    ("garbage.pt", _garbage, "is not a torch.save file (not a zip archive)"),
+    ("truncated.pt", _truncated_pt, "is a damaged or truncated torch.save file"),
+    ("objects.pt", _object_pt, "holds Python objects other than tensors"),
+])
+def test_unreadable_cache_files_say_what_is_wrong(tmp_path, name, make, message):
+    """Each file problem gets one line about the file, none of numpy's or torch's internals."""
+    path = tmp_path / name
+    make(path)
+    r = run(*GEOM_ARGS, "--cache", path)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: --cache: {path} {message}") and len(r.stderr.strip().splitlines()) == 1
+    for internal in ("allow_pickle", "weights_only", "miniz", "mmap length", "Traceback"):
+        assert internal not in r.output

@@ -1,0 +1,28 @@
+"""The `mxidx` group: --version, and help text for every option of every command."""
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tools.cli import main
+
+
+def test_version():
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output == f"mxidx {version('mxidx')}\n", result.output
+
+
+@pytest.mark.parametrize("name", ["demo", "layout", "diff", "isa", "bench"])
+def test_every_option_has_help(name):
+    command = main.get_command(click.Context(main), name)
+    missing = [p.name for p in command.params if isinstance(p, click.Option) and not p.help]
+    assert not missing, f"mxidx {name}: options without help text: {missing}"
+    assert command.help and "TARGET" not in command.help
+
+
+def test_bench_help_says_it_needs_a_gpu():
+    result = CliRunner().invoke(main, ["bench", "--help"])
+    assert result.exit_code == 0 and "on a CUDA GPU (needs one" in result.output
