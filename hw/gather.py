@@ -11,22 +11,31 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._cache_view import HEAD_DIMS, LAYOUTS, bytes_per_token, check_cache_view, check_pages_in_span
-from ._checks import (FP8_DTYPE, MX_BLOCK, check_int, check_kernel_device, check_same_device, check_tensor,
-                      stream_capturing, validate_requested, kernels_interpreted)
 from ._gather_details import BLOCK_B, BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS
 from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
+from .checks import (
+    FP8_DTYPE,
+    MX_BLOCK,
+    check_int,
+    check_kernel_device,
+    check_same_device,
+    check_tensor,
+    kernels_interpreted,
+    stream_capturing,
+    validate_requested,
+)
+from .layout import HEAD_DIMS, LAYOUTS_OF, PAGE_LAYOUTS, bytes_per_token, check_cache_view, check_pages_in_span
 
 
 def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[str, int]:
     """(kv_format, D) from `layout` or, if None, from kv_cache's bytes_per_token (ValueError if ambiguous/none)."""
     check_tensor("kv_cache", kv_cache, dtypes=torch.uint8, ndim=4)
     bpt = kv_cache.shape[3]
-    fits = {fmt: d for fmt in LAYOUTS for d in HEAD_DIMS if bytes_per_token(fmt, d) == bpt}
+    fits = {fmt: d for fmt in LAYOUTS_OF for d in HEAD_DIMS if bytes_per_token(fmt, d) == bpt}
     if layout is not None:
-        fmt = next((f for f, layouts in LAYOUTS.items() if layout in layouts), None)
+        fmt = next((f for f, layouts in LAYOUTS_OF.items() if layout in layouts), None)
         if fmt is None:
-            raise ValueError(f"layout must be one of {sum(LAYOUTS.values(), ())} or None, got {layout!r}")
+            raise ValueError(f"layout must be one of {PAGE_LAYOUTS} or None, got {layout!r}")
         if fmt not in fits:
             raise ValueError(f"kv_cache has {bpt} bytes per token (dim 3), which is no {fmt} head dim "
                              f"(D + 4 for fp8, D/2 + D/32 for mxfp4, D in 32..256 step 32); check layout={layout!r}")
@@ -65,7 +74,7 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     """Copy each sequence's first cu_seq_lens[b+1] - cu_seq_lens[b] tokens out of the paged cache into rows
     cu_seq_lens[b] .. cu_seq_lens[b+1] - 1 of contiguous K.
 
-    kv_cache:    uint8 [num_pages, P, 1, bytes_per_token] cache view (hw/_cache_view.py), any page stride.
+    kv_cache:    uint8 [num_pages, P, 1, bytes_per_token] cache view (hw/layout.py), any page stride.
     block_table: int32 [B, max_pages], any strides: sequence b's logical page i is physical page block_table[b, i].
                  Entries past a sequence's last page are never read.
     cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (trusted in the hot path: checking needs a sync).

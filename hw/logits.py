@@ -8,82 +8,62 @@ q is a (values, scales) pair:
          D = 128 the scales may be int32 [..., H, 1] (the same 4 bytes, little-endian: block g in byte g).
 The K format follows q's: FP8 keys carry one fp32 scale per token, MXFP4 keys one E8M0 byte per 32 elements.
 
-Accumulation (the n and u of DESIGN §4's bound, gamma = (n + H + 2) u): dot_product_roundings() gives n,
-accumulation_unit_roundoff() gives u, both for the path the launch takes (same selection, MXIDX_MXFP4_PATH
-included). MXFP4: the unpack paths add D/32 exact 32-element block sums in fp32 (n = D/32, u = 2^-24; their K = 32
-block dots need 13 bits, which even Hopper's FP8 MMA keeps). dot_scaled declares n = D: the interpreter's emulation
-and Hopper's bf16 decomposition sum all D products in fp32 (a key with one product 1.0 and 96 of 2^-26 comes back
-as exactly 1.0: error 1.43e-6 > the n = D/32 bound 4.2e-7 at H = 1, inside the n = D one), and gfx950's scaled MFMA
-(K = 64 per instruction) does not document its internal accumulation, so it gets the same conservative n = D.
-FP8 (n = D): fp32 except on Hopper (sm_90), whose FP8 MMA keeps about 14 bits inside each group of
-FP8_PROMOTE_K = 32 products (launch_config) before the promotion to fp32 that this kernel asks for: declared
-u = 2^-13 there (measured: 1.74x the u = 2^-24 bound at D = 128).
+Each launcher checks its arguments on the host, then runs a kernel variant of hw.variants: `variant="name"`
+picks one (ValueError if it does not run here), else the target's default. declared_precision() gives the (n, u)
+of DESIGN §4's bound, gamma = (n + H + 2) u, for the variant a launch takes.
 
-MXFP4 dot path: MXIDX_MXFP4_PATH = dot_scaled | unpack | unpack_ptx (read at each call) overrides the default
-(dot_scaled on HIP and in the interpreter, where the interpreter has it: triton >= 3.8, else the exact unpack path;
-on NVIDIA, where dot_scaled decomposes to bf16 MMA, the faster of the measured paths per kernel:
-launch_config.CUDA_DEFAULT_MX_PATH).
-
-Validate mode (validate=True or MXIDX_VALIDATE=1, hw._checks.validate_requested): both scorers then check, with
+Validate mode (validate=True or MXIDX_VALIDATE=1, hw.checks.validate_requested): both scorers then check, with
 device syncs, the values their hot paths trust and raise ValueError; not allowed during CUDA-graph capture.
-kernels_interpreted() says whether these kernels run in the Triton interpreter.
 """
 from __future__ import annotations
 
-import os
-
 import torch
-import triton
 
-from ._cache_view import check_cache_view, check_head_dim, check_pages_in_span
-from . import _checks
-from ._checks import (FP8_DTYPE, MX_BLOCK, check_flag, check_int, check_int32_extent, check_kernel_device,
-                      check_tensor, validate_requested)
-from ._logits_details import launch_config as cfg
+from . import checks as _checks
+from ._logits_details.calls import DecodeCall, PrefillCall
+from ._logits_details.common import INTERPRETER_DOT_SCALED_TRITON
 from ._logits_details.paged import paged_logits_kernel
-from ._logits_details.prefill import KV_FP8, KV_MXFP4, prefill_logits_kernel
+from ._logits_details.prefill import prefill_logits_kernel
 from ._logits_details.schedule import paged_schedule
-from ._logits_details.scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
+from .checks import (
+    FP8_DTYPE,
+    MX_BLOCK,
+    check_flag,
+    check_int,
+    check_int32_extent,
+    check_kernel_device,
+    check_tensor,
+    validate_requested,
+)
+from .layout import KV_FORMATS, check_cache_view, check_pages_in_span, check_scorer_head_dim
+from .targets import Op, Target, target_of
+from .variants import select
+
+__all__ = ["INTERPRETER_DOT_SCALED_TRITON", "declared_precision", "fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits",
+           "get_paged_mqa_logits_metadata", "kernels_interpreted", "scorer_target"]
 
 DEEPGEMM_PACKED_HEAD_DIM = 128        # int32-packed MXFP4 scales: one int32 holds the 4 scale bytes of D = 128
-MX_PATHS = {"dot_scaled": MX_DOT_SCALED, "unpack": MX_UNPACK, "unpack_ptx": MX_UNPACK_PTX}
-EXACT_BLOCK_SUM_PATHS = ("unpack", "unpack_ptx")   # MXFP4 paths that add exact 32-element block sums (n = D/32)
-KERNELS = ("prefill", "decode")
-KV_FORMATS = ("fp8", "mxfp4")
-MX_PATH_ENV = "MXIDX_MXFP4_PATH"
-INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
-FP32_UNIT_ROUNDOFF = 2.0 ** -24
-HOPPER_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13   # ~14-bit accumulation inside one FP8 wgmma K group (sm_90)
+SCORER_OPS = (Op.PREFILL, Op.DECODE)
 
 
-def accumulation_unit_roundoff(kv_format: str, device) -> float:
-    """The u of DESIGN §4's bound for this module's scorers on `device` (see the module docstring)."""
-    device = torch.device(device)
-    hopper = (device.type == "cuda" and torch.version.hip is None
-              and torch.cuda.get_device_capability(device)[0] == 9)
-    return HOPPER_FP8_MMA_UNIT_ROUNDOFF if kv_format == "fp8" and hopper else FP32_UNIT_ROUNDOFF
+def scorer_target(device) -> Target:
+    """The hw.targets.Target the scorers run on for tensors on `device`."""
+    return target_of(device, prefill_logits_kernel)
 
 
-def dot_product_roundings(kv_format: str, head_dim: int, device, kernel: str) -> int:
-    """The n of DESIGN §4's bound: roundings in one q.k of `kernel` ("prefill" | "decode") on `device` for
-    kv_format "fp8" | "mxfp4" with head dim D, on the path the launch would take now (MXIDX_MXFP4_PATH included).
-
-    D/32 on the MXFP4 unpack paths (exact block sums added in fp32); D for FP8 and for MXFP4 dot_scaled (the
-    module docstring says why). ValueError for an unknown kernel or format, or a bad MXIDX_MXFP4_PATH."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+def declared_precision(op: Op, kv_format: str, head_dim: int, device, variant: str | None = None) -> tuple[int, float]:
+    """(n, u) of DESIGN §4's bound for a launch of scorer `op` (Op.PREFILL | Op.DECODE) with `kv_format` inputs of
+    head dim D on `device`, by the variant the launch takes (`variant`, else the default). ValueError for an
+    unknown op, format or variant, or a head dim that is not a multiple of 32."""
+    if op not in SCORER_OPS:
+        raise ValueError(f"op must be one of {[o.name for o in SCORER_OPS]}, got {op!r}")
     if kv_format not in KV_FORMATS:
         raise ValueError(f"kv_format must be one of {KV_FORMATS}, got {kv_format!r}")
-    check_int("head_dim", head_dim, MX_BLOCK)
-    if kv_format == "mxfp4" and _mx_path_name(torch.device(device), kernel) in EXACT_BLOCK_SUM_PATHS:
-        return head_dim // MX_BLOCK
-    return head_dim
-
-
-def dot_scaled_available() -> bool:
-    """Whether tl.dot_scaled runs where these kernels run: always when compiled (the package needs triton >= 3.6;
-    compiled backends have it from 3.3), in the CPU interpreter from triton 3.8 on."""
-    return not kernels_interpreted() or _checks.triton_version() >= INTERPRETER_DOT_SCALED_TRITON
+    check_int("head_dim", head_dim, 32)
+    if head_dim % 32:
+        raise ValueError(f"head_dim must be a multiple of 32, got {head_dim}")
+    target = scorer_target(device)
+    return select(op, target, kv_format, variant).precision(head_dim, target)
 
 
 def kernels_interpreted() -> bool:
@@ -96,14 +76,6 @@ def kernels_interpreted() -> bool:
 def _check_logits_dtype(logits_dtype) -> None:
     if logits_dtype is not torch.float32:
         raise ValueError(f"logits_dtype must be torch.float32 (the only output dtype supported), got {logits_dtype!r}")
-
-
-def check_scorer_head_dim(name: str, head_dim: int, layout: str) -> None:
-    """The scorers' head-dim rule: DESIGN's head dims for `layout` (multiples of 32 in 32..256), of which the
-    scorer tiles take the powers of two (32, 64, 128, 256). ValueError naming `name` otherwise."""
-    check_head_dim(name, head_dim, layout)
-    if head_dim & (head_dim - 1):
-        raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
 
 
 def _split_pair(name: str, pair, ndim: int, device=None):
@@ -159,40 +131,6 @@ def _split_kv(kv, kv_format: str, head_dim: int, device):
     return values, _mx_scales("kv[1]", scales, (values.shape[0],), head_dim, device)
 
 
-def _is_nvidia(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.version.hip is None
-
-
-def _backend(device: torch.device) -> str:
-    """The launch_config backend of `device`: "interpreter" (CPU tensors), "nvidia" or "amd"."""
-    if kernels_interpreted():
-        return "interpreter"
-    return "nvidia" if _is_nvidia(device) else "amd"
-
-
-def _mx_path_name(device: torch.device, kernel: str) -> str:
-    """The MXFP4 dot path of `kernel` ("prefill" | "decode") on `device`: MXIDX_MXFP4_PATH, else the default."""
-    nvidia = _is_nvidia(device)
-    choice = os.environ.get(MX_PATH_ENV)
-    if choice is None:
-        if nvidia:
-            return cfg.CUDA_DEFAULT_MX_PATH[kernel]
-        return "dot_scaled" if dot_scaled_available() else "unpack"
-    if choice not in MX_PATHS:
-        raise ValueError(f"{MX_PATH_ENV} must be one of {sorted(MX_PATHS)}, got {choice!r}")
-    if choice == "dot_scaled" and not dot_scaled_available():
-        raise ValueError(f"{MX_PATH_ENV}=dot_scaled: the Triton {triton.__version__} interpreter has no tl.dot_scaled "
-                         f"(it needs triton >= {'.'.join(map(str, INTERPRETER_DOT_SCALED_TRITON))}); use unpack")
-    if choice == "unpack_ptx" and not nvidia:
-        raise ValueError(f"{MX_PATH_ENV}=unpack_ptx needs an NVIDIA GPU (inline PTX); use unpack or dot_scaled")
-    return choice
-
-
-def _mx_path(device: torch.device, kernel: str):
-    """_mx_path_name as the kernel's MX_PATH constexpr."""
-    return MX_PATHS[_mx_path_name(device, kernel)]
-
-
 # ============================================================================================ prefill
 def _validate_ranges(ks: torch.Tensor, ke: torch.Tensor, num_k: int) -> None:
     """Validate mode of the prefill scorer: 0 <= ks[i] <= ke[i] <= SK for every row (a device sync).
@@ -209,7 +147,8 @@ def _validate_ranges(ks: torch.Tensor, ke: torch.Tensor, num_k: int) -> None:
 
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
-                       logits_dtype=torch.float32, *, validate=False) -> torch.Tensor:
+                       logits_dtype=torch.float32, *, validate=False, variant: str | None = None,
+                       launch_settings: dict | None = None) -> torch.Tensor:
     """Ragged prefill logits, fp32 [S, SK].
 
     q: (values, scales) [S, H, ...] as in the module docstring; kv: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4
@@ -220,7 +159,8 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     The ranges are trusted in the hot path, where the kernel clamps them: ks < 0 acts as 0, ke > SK as SK, and
     ks >= ke is an empty row. validate=True (keyword-only; or MXIDX_VALIDATE=1) instead checks
     0 <= ks[i] <= ke[i] <= SK with a device sync and raises ValueError on the first bad row (not allowed during
-    CUDA-graph capture).
+    CUDA-graph capture). variant (keyword-only): a hw.variants name of Op.PREFILL for q's format, else the
+    target's default; launch_settings: fields of the variant's settings to replace (tuning, tests).
     """
     check_flag("clean_logits", clean_logits)
     validate = validate_requested(validate)
@@ -239,27 +179,16 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
     check_kernel_device("q[0]", device, prefill_logits_kernel)
+    chosen = select(Op.PREFILL, scorer_target(device), kv_format, variant)
     if validate:
         _validate_ranges(cu_seq_len_k_start, cu_seq_len_k_end, num_k)
 
     out = torch.empty((num_q, num_k), dtype=torch.float32, device=device)   # the grid covers every entry
     if num_q == 0 or num_k == 0:
         return out
-    backend = _backend(device)
-    h_pad, block_s = cfg.prefill_tiles(num_heads, "fp8" if kv_format == "fp8" else _mx_path_name(device, "prefill"),
-                                       backend)
-    q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
-    grid = (triton.cdiv(num_q, block_s), triton.cdiv(num_k, cfg.PREFILL_KEYS_PER_PROGRAM))
-    prefill_logits_kernel[grid](
-        q_v, q_s, k_v, k_s, weights, cu_seq_len_k_start, cu_seq_len_k_end, out,
-        num_q, num_k,
-        q_v.stride(0), q_v.stride(1), q_s.stride(0), q_s.stride(1),
-        k_v.stride(0), k_s.stride(0), weights.stride(0), out.stride(0),
-        H=num_heads, H_PAD=h_pad, D=head_dim, BLOCK_S=block_s, BLOCK_N=cfg.prefill_settings(backend).block_n,
-        KEYS_PER_PROGRAM=cfg.PREFILL_KEYS_PER_PROGRAM,
-        KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, MX_PATH=_mx_path(device, "prefill"),
-        PROMOTE_K=cfg.FP8_PROMOTE_K, CLEAN=clean_logits, **cfg.prefill_launch_options(backend),
-    )
+    call = PrefillCall(q_v, q_v if q_s is None else q_s, k_v, k_s, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                       out, num_heads, head_dim, clean_logits)    # FP8: the scale pointer is unused
+    chosen.run(call, scorer_target(device), launch_settings)
     return out
 
 
@@ -305,7 +234,8 @@ def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int)
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                              clean_logits=False, logits_dtype=torch.float32, layout=None,
-                             validate=False, *, indices=None) -> torch.Tensor:
+                             validate=False, *, indices=None, variant: str | None = None,
+                             launch_settings: dict | None = None) -> torch.Tensor:
     """Paged decode logits, fp32 [B*N, max_context_len]; row r = b*N + n.
 
     q: (values, scales) [B, N, H, ...] (module docstring; N = next_n >= 1); kv_cache: uint8
@@ -317,6 +247,8 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     Page ids inside a row's visible span are trusted; validate=True (or MXIDX_VALIDATE=1) checks them, the context
     lengths (>= 0) and the schedule with device syncs and raises ValueError (not allowed during CUDA-graph capture).
     indices (DeepGEMM's, keyword-only here) is not supported: anything but None is a ValueError.
+    variant (keyword-only): a hw.variants name of Op.DECODE for q's format, else the target's default;
+    launch_settings: fields of the variant's settings to replace (tuning, tests).
     """
     check_flag("clean_logits", clean_logits)
     validate = validate_requested(validate)
@@ -345,6 +277,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
                          f"{list(schedule_meta.shape)}")
     check_kernel_device("q[0]", device, paged_logits_kernel)
+    chosen = select(Op.DECODE, scorer_target(device), kv_format, variant)
     cap = min(width, block_table.shape[1] * view.page_size)
     if validate:
         _validate_paged(view, context_lens, block_table, schedule_meta, cap)
@@ -354,17 +287,8 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         out.fill_(float("-inf"))
     if batch == 0 or width == 0:
         return out
-    n_pad, h_pad, pages_per_step = cfg.paged_tiles(num_heads, next_n, view.page_size, kv_format)
-    q_s = q_v if q_s is None else q_s        # FP8: the scale pointer is unused
-    paged_logits_kernel[(num_programs,)](
-        q_v, q_s, kv_cache, weights, context_lens, block_table, schedule_meta, out,
-        cap, view.page_stride,
-        q_v.stride(0), q_v.stride(1), q_v.stride(2), q_s.stride(0), q_s.stride(1), q_s.stride(2),
-        weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
-        N=next_n, N_PAD=n_pad, H=num_heads, H_PAD=h_pad, D=head_dim, P=view.page_size,
-        PAGES_PER_STEP=pages_per_step,
-        KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8, TILED=view.layout == "mxfp4_tiled",
-        CTX_2D=context_lens.dim() == 2, MX_PATH=_mx_path(device, "decode"), PROMOTE_K=cfg.FP8_PROMOTE_K,
-        **cfg.paged_launch_options(kv_format, _is_nvidia(device)),
-    )
+    call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, schedule_meta,
+                      out, view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads,
+                      head_dim, cap)    # FP8: the scale pointer is unused
+    chosen.run(call, scorer_target(device), launch_settings)
     return out

@@ -11,12 +11,24 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._cache_view import check_cache_view, check_head_dim
-from ._checks import (FP8_DTYPE, MX_BLOCK, check_int32_extent, check_kernel_device, check_same_device,
-                      check_tensor, validate_requested, kernels_interpreted)
 from ._quant_details import BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS, codecs
-from ._quant_details.kernels import (k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel,
-                                     q_quant_mxfp4_kernel)
+from ._quant_details.kernels import (
+    k_quant_cache_fp8_kernel,
+    k_quant_cache_mxfp4_kernel,
+    q_quant_fp8_kernel,
+    q_quant_mxfp4_kernel,
+)
+from .checks import (
+    FP8_DTYPE,
+    MX_BLOCK,
+    check_int32_extent,
+    check_kernel_device,
+    check_same_device,
+    check_tensor,
+    kernels_interpreted,
+    validate_requested,
+)
+from .layout import check_cache_view, check_head_dim
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
@@ -73,7 +85,7 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
 
     k:            [T, D] bf16/fp16/fp32, any strides ((D - 1) * stride(1) < 2^31: column offsets are 32-bit);
                   D a multiple of 32 in 32..256 (128 or 256 for mxfp4_tiled).
-    kv_cache:     uint8 [num_pages, P, 1, bytes_per_token] view (hw/_cache_view.py): stride(0) is the page stride S
+    kv_cache:     uint8 [num_pages, P, 1, bytes_per_token] view (hw/layout.py): stride(0) is the page stride S
                   (multiple of 16, >= P * bytes_per_token), any view offset that is a multiple of 16.
     slot_mapping: int64 [T], any stride. Token i goes to page slot // P, token slot % P. A negative slot skips the
                   token. A slot >= num_pages * P is invalid: validate mode rejects it; the hot path does not read
@@ -152,8 +164,9 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
 
     q: D a multiple of 32 in 32..256, any strides whose leading dims merge into rows without a copy; weights: the
     same leading shape, mergeable likewise. Each (token, head) row gets scale 2^k, the smallest with
-    448 * 2^k >= max(amax, 1e-4); values are q / 2^k rounded to nearest even and saturated to +-448, and the scale is folded into the returned weights
-    (weights * 2^k), as the FP8 scorer expects (DESIGN §8). A row with a NaN/Inf: values 0x7F, weight NaN.
+    448 * 2^k >= max(amax, 1e-4); values are q / 2^k rounded to nearest even and saturated to +-448, and the scale
+    is folded into the returned weights (weights * 2^k), as the FP8 scorer expects (DESIGN §8). A row with a
+    NaN/Inf: values 0x7F, weight NaN.
     """
     rows = _rows_view("q", q)
     head_dim = rows.shape[1]

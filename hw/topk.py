@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import torch
-import triton
 
-from ._checks import check_kernel_device, check_same_device, check_tensor, kernels_interpreted
-from ._topk_details import (BLOCK, MAX_K, NUM_WARPS, RowsTiling, k_pad, rows_tiling, top_k_per_row_kernel,
-                            top_k_rows_kernel)
+from ._topk_details import MAX_K
+from ._topk_details.kernel import top_k_per_row_kernel
+from ._topk_details.variants import TopKCall
+from .checks import check_kernel_device, check_same_device, check_tensor
+from .targets import Op, target_of
+from .variants import select
 
 MAX_WIDTH = 2 ** 31 - 1   # column indices are int32
 
 
 def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
-                  starts: torch.Tensor | None = None) -> torch.Tensor:
+                  starts: torch.Tensor | None = None, variant: str | None = None,
+                  launch_settings: dict | None = None) -> torch.Tensor:
     """Indices of the k largest visible logits of every row.
 
     logits   float32 [rows, W]; any row stride (stride(0) >= 0), unit column stride (stride(1) == 1).
@@ -24,8 +27,10 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
              +inf > finite > -inf > NaN (-0.0 == +0.0; all NaNs equal); a row with fewer than k visible
              columns is padded with -1. Invisible columns are never read.
 
-    Host-side checks only (no device sync): legal inside CUDA-graph capture. Compiled GPUs run one program per
-    row; the CPU interpreter runs tiles of many rows per program (same results, bit for bit).
+    variant  a hw.variants name of Op.TOPK (all give the same results, bit for bit), else the target's default;
+             launch_settings: fields of its settings to replace (tuning, tests).
+
+    Host-side checks only (no device sync): legal inside CUDA-graph capture.
     """
     check_tensor("logits", logits, dtypes=torch.float32, ndim=2)
     rows, width = logits.shape
@@ -44,36 +49,12 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
                          f"call .contiguous()")
     check_kernel_device("logits", device, top_k_per_row_kernel)
 
+    target = target_of(device, top_k_per_row_kernel)
+    chosen = select(Op.TOPK, target, name=variant)
     out = torch.empty((rows, k), dtype=torch.int32, device=device)
     if rows == 0:
         return out
     if width == 0:
         return out.fill_(-1)
-    if kernels_interpreted(top_k_rows_kernel):
-        # the interpreter pays per Triton op, nearly independent of the tile: many rows per program
-        _launch_rows(logits, lengths, starts, out, rows_tiling(rows, width, k))
-    else:
-        _launch_per_row(logits, lengths, starts, out)
+    chosen.run(TopKCall(logits, lengths, starts, out), target, launch_settings)
     return out
-
-
-# The two launches below take checked arguments (rows >= 1, W >= 1) and fill `out` int32 [rows, k]. The public
-# launcher picks one per backend; the tests run both.
-
-def _launch_per_row(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None,
-                    out: torch.Tensor) -> None:
-    """top_k_per_row_kernel, one program per row (compiled GPUs)."""
-    k = out.shape[1]
-    top_k_per_row_kernel[(logits.shape[0],)](
-        logits, lengths if starts is None else starts, lengths, out, logits.shape[1], logits.stride(0), k,
-        HAS_STARTS=starts is not None, K_PAD=k_pad(k), BLOCK=BLOCK, num_warps=NUM_WARPS)
-
-
-def _launch_rows(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
-                 tiling: RowsTiling) -> None:
-    """top_k_rows_kernel, `tiling.rows` rows per program (the interpreter)."""
-    (rows, width), k = logits.shape, out.shape[1]
-    top_k_rows_kernel[(triton.cdiv(rows, tiling.rows),)](
-        logits, lengths if starts is None else starts, lengths, out, rows, width, logits.stride(0), k,
-        HAS_STARTS=starts is not None, K_PAD=k_pad(k), ROWS=tiling.rows, BLOCK=tiling.block,
-        RANK_CHUNK=tiling.rank_chunk)

@@ -1,6 +1,7 @@
 """integration: the sparse-indexer hook that wires hw/ kernels into a model, with FP8 fallback (DESIGN §6).
 
     config     IndexerConfig: the --attention-config JSON (indexer_kv_dtype, indexer_layout, indexer_scale_rule)
+    geometry   IndexerGeometry: one layer's heads, head dim and page size, checked against every format
     gates      decide(): architecture / triton / geometry / self-check gates -> GateDecision (FP8 on failure)
     selfcheck  run_self_check(): the one-time MXFP4 kernel check against sim/ (the only import of sim/ here)
     pool       PoolLayout, IndexerPool: one uint8 pool for every layer, zero-copy per-layer cache views

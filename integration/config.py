@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-KV_DTYPES = ("fp8", "mxfp4")
-MXFP4_LAYOUTS = ("mxfp4", "mxfp4_tiled")
+from hw.layout import KV_FORMATS, LAYOUTS_OF
+
 # The names of sim.formats.ScaleRule (integration may import sim only for its self-check, so the names are
 # listed here and a test pins them to the enum).
 SCALE_RULES = ("rceil", "floor", "even", "ceil")
@@ -26,7 +26,7 @@ CANONICAL_SCALE_RULE = "rceil"
 KEY_KV_DTYPE = "indexer_kv_dtype"
 KEY_LAYOUT = "indexer_layout"
 KEY_SCALE_RULE = "indexer_scale_rule"
-KEY_SCALE_RULE_SHORT = "scale_rule"  # the spelling of the integration issue; same meaning
+KEY_SCALE_RULE_SHORT = "scale_rule"  # a short spelling of KEY_SCALE_RULE; same meaning
 KNOWN_KEYS = (KEY_KV_DTYPE, KEY_LAYOUT, KEY_SCALE_RULE, KEY_SCALE_RULE_SHORT)
 
 
@@ -44,10 +44,10 @@ class IndexerConfig:
     scale_rule: str = CANONICAL_SCALE_RULE
 
     def __post_init__(self):
-        _check_choice(KEY_KV_DTYPE, self.kv_dtype, KV_DTYPES)
+        _check_choice(KEY_KV_DTYPE, self.kv_dtype, KV_FORMATS)
         _check_choice(KEY_SCALE_RULE, self.scale_rule, SCALE_RULES)
         if self.layout is not None:
-            _check_choice(KEY_LAYOUT, self.layout, MXFP4_LAYOUTS)
+            _check_choice(KEY_LAYOUT, self.layout, LAYOUTS_OF["mxfp4"])
         if self.kv_dtype == "fp8" and (self.layout is not None or self.scale_rule != CANONICAL_SCALE_RULE):
             raise ValueError(f"--attention-config: {KEY_LAYOUT} and {KEY_SCALE_RULE} configure the MXFP4 cache; with "
                              f'{KEY_KV_DTYPE}="fp8" leave them out (or set {KEY_KV_DTYPE}="mxfp4")')

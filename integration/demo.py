@@ -17,13 +17,15 @@ from typing import Callable
 
 import torch
 
+from hw.layout import KV_FORMATS, bytes_per_token
 from hw.topk import MAX_K
 
 from .config import IndexerConfig
-from .gates import GateDecision, IndexerGeometry, decide
+from .gates import GateDecision, decide
+from .geometry import IndexerGeometry
 from .indexer import DecodeMetadata, PrefillMetadata, SparseIndexer
 from .model import IndexerModel, ModelConfig, recall_at_k, reference_logits
-from .pool import IndexerPool, PoolLayout, cache_bytes_per_token
+from .pool import IndexerPool, PoolLayout
 from .schedule import DecodeSchedule
 
 # DeepSeek-V3.2's MLA cache entry (512 fp8 latent values + 4 fp32 scales + 64 bf16 RoPE values): the per-token
@@ -39,21 +41,19 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """Sizes of one demo run; `for_device` gives the defaults (small on the CPU interpreter). ValueError on a
-    size the run could not use (checked before anything runs; head_dim and page_size by IndexerGeometry)."""
+    """One demo run: the model (its layers, heads, head dim and seed are the run's) and the sizes of the run around
+    it; `for_device` gives the defaults (small on the CPU interpreter). ValueError on a size the run could not use
+    (checked before anything runs: the model's by ModelConfig, head_dim and page_size by IndexerGeometry)."""
 
-    layers: int = 2
+    model: ModelConfig = field(default_factory=ModelConfig)
     prompt_len: int = 1024
     decode_steps: int = 8
-    num_heads: int = 8
-    head_dim: int = 128
     page_size: int = 64
     batch: int = 1
     top_k: int | None = None      # None: default_top_k(prompt_len)
-    seed: int = 0
 
     def __post_init__(self):
-        for name in ("layers", "prompt_len", "num_heads", "page_size", "batch"):
+        for name in ("prompt_len", "page_size", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.decode_steps < 0:
@@ -62,11 +62,17 @@ class DemoSettings:
             raise ValueError(f"top_k must be in 1..{MAX_K}, got {self.top_k}")
 
     @classmethod
-    def for_device(cls, device: str, **overrides) -> "DemoSettings":
+    def for_device(cls, device: str, *, num_layers: int | None = None, num_heads: int | None = None,
+                   **overrides) -> "DemoSettings":
         """CPU: 2 layers, H=8, a 1024-token prompt, k = 64 (the Triton interpreter); GPU: 4 layers, H=32, an 8K
-        prompt, k = 2048."""
-        base = cls() if device == "cpu" else cls(layers=4, prompt_len=LONG_CONTEXT, decode_steps=16, num_heads=32)
-        return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
+        prompt, k = 2048. num_layers and num_heads override the model's, `overrides` other fields of DemoSettings;
+        None keeps the default."""
+        if device == "cpu":
+            base = cls()
+        else:
+            base = cls(ModelConfig(num_layers=4, num_heads=32), prompt_len=LONG_CONTEXT, decode_steps=16)
+        model = dataclasses.replace(base.model, **_given(num_layers=num_layers, num_heads=num_heads))
+        return dataclasses.replace(base, model=model, **_given(**overrides))
 
     @property
     def resolved_top_k(self) -> int:
@@ -75,6 +81,11 @@ class DemoSettings:
     @property
     def max_context_len(self) -> int:
         return self.prompt_len + self.decode_steps
+
+
+def _given(**values) -> dict:
+    """The keyword arguments that are not None."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def default_top_k(prompt_len: int) -> int:
@@ -115,33 +126,33 @@ def run_demo(config: IndexerConfig, settings: DemoSettings, device: str, *,
     """Run the demo; `progress` gets one line per phase, layer and decode step."""
     progress = progress or (lambda message: None)
     dev = torch.device(device)
-    geometry = IndexerGeometry(settings.num_heads, settings.head_dim, settings.page_size)
+    geometry = IndexerGeometry(settings.model.num_heads, settings.model.head_dim, settings.page_size)
     progress("gates: deciding the indexer format" + (" (the MXFP4 self-check runs the kernels once)"
                                                       if config.kv_dtype == "mxfp4" else ""))
     start = time.perf_counter()
     decision = decide(config, geometry, dev)
     gate_seconds = time.perf_counter() - start
     progress(f"gates: {decision.describe()}")
-    model = IndexerModel(ModelConfig(num_layers=settings.layers, num_heads=settings.num_heads,
-                                     head_dim=settings.head_dim, seed=settings.seed), dev)
+    model = IndexerModel(settings.model, dev)
     pool_layout = _pool_layout(decision, settings)
     if dev.type == "cuda":
         # compiled kernels are JIT-compiled on first use: one untimed layer and step first, same shapes
         progress("warm-up: compiling the kernels (one layer, untimed)")
-        warm = dataclasses.replace(settings, layers=1, decode_steps=min(settings.decode_steps, 1))
+        warm = dataclasses.replace(settings, model=dataclasses.replace(settings.model, num_layers=1),
+                                   decode_steps=min(settings.decode_steps, 1))
         _run_variant(model, decision, _pool_layout(decision, warm), warm, dev, lambda message: None)
     variants = [_run_variant(model.with_rotation(rotate), decision, pool_layout, settings, dev, progress)
                 for rotate in (True, False)]
     return DemoResult(device, settings, decision, gate_seconds,
-                      {fmt: cache_bytes_per_token(fmt, settings.head_dim) for fmt in ("fp8", "mxfp4")},
+                      {fmt: bytes_per_token(fmt, settings.model.head_dim) for fmt in KV_FORMATS},
                       pool_layout, variants)
 
 
 def _pool_layout(decision: GateDecision, settings: DemoSettings) -> PoolLayout:
     pages_per_request = -(-settings.max_context_len // settings.page_size)
     # one spare page no request uses: it stays 0xFF-poisoned, so a kernel reading it would show NaN
-    return PoolLayout(decision.kv_dtype, decision.layout, settings.layers, settings.batch * pages_per_request + 1,
-                      settings.page_size, settings.head_dim,
+    return PoolLayout(decision.kv_dtype, decision.layout, settings.model.num_layers,
+                      settings.batch * pages_per_request + 1, settings.page_size, settings.model.head_dim,
                       extra_bytes_per_page=settings.page_size * MLA_BYTES_PER_TOKEN)
 
 
@@ -168,19 +179,21 @@ class _VariantRun:
         self.model, self.settings, self.device = model, settings, device
         self.top_k = settings.resolved_top_k
         pool = IndexerPool(pool_layout, device)
-        self.hooks = [SparseIndexer(decision, pool.view(l), top_k=self.top_k,
-                                    max_context_len=settings.max_context_len) for l in range(settings.layers)]
+        self.hooks = [SparseIndexer(decision, pool.view(layer), top_k=self.top_k,
+                                    max_context_len=settings.max_context_len)
+                      for layer in range(settings.model.num_layers)]
         self.pages_per_request = -(-settings.max_context_len // settings.page_size)
-        gen = torch.Generator().manual_seed(settings.seed)
+        gen = torch.Generator().manual_seed(settings.model.seed)
         # shuffled physical pages, as a serving engine's allocator hands them out
         order = torch.randperm(pool_layout.num_pages, generator=gen)[:settings.batch * self.pages_per_request]
         self.block_table = order.view(settings.batch, self.pages_per_request).to(torch.int32).to(device)
         steps = settings.prompt_len + settings.decode_steps
-        self.tokens = model.sample_tokens(settings.batch * steps, seed=settings.seed + 1).view(settings.batch, steps)
+        tokens = model.sample_tokens(settings.batch * steps, seed=settings.model.seed + 1)
+        self.tokens = tokens.view(settings.batch, steps)
         self.positions = torch.arange(settings.prompt_len, device=device).expand(settings.batch, -1)
         # per layer: every key written (bf16), the prefill's (q, weights, top-k); per decode row: its inputs
-        self.keys = [torch.empty(settings.batch, settings.max_context_len, settings.head_dim, dtype=torch.bfloat16,
-                                 device=device) for _ in range(settings.layers)]
+        self.keys = [torch.empty(settings.batch, settings.max_context_len, settings.model.head_dim,
+                                 dtype=torch.bfloat16, device=device) for _ in range(settings.model.num_layers)]
         self.prefill_rows = []
         self.decode_rows = []
 
@@ -195,12 +208,12 @@ class _VariantRun:
         meta = PrefillMetadata(self.slots(self.positions), self.block_table, (s.prompt_len,) * s.batch,
                                (s.prompt_len,) * s.batch)
         x = self.model.embed(self.tokens[:, :s.prompt_len].reshape(-1))
-        for l, hook in enumerate(self.hooks):
-            progress(f"prefill: layer {l + 1}/{s.layers}, {s.batch} x {s.prompt_len} tokens")
-            q, k, w = self.model.indexer_inputs(l, x, self.positions.reshape(-1))
+        for layer, hook in enumerate(self.hooks):
+            progress(f"prefill: layer {layer + 1}/{s.model.num_layers}, {s.batch} x {s.prompt_len} tokens")
+            q, k, w = self.model.indexer_inputs(layer, x, self.positions.reshape(-1))
             self.prefill_rows.append((q, w, hook(q, k, w, meta)))
-            self.keys[l][:, :s.prompt_len] = k.view(s.batch, s.prompt_len, -1)
-            x = self.model.next_hidden(l, x)
+            self.keys[layer][:, :s.prompt_len] = k.view(s.batch, s.prompt_len, -1)
+            x = self.model.next_hidden(layer, x)
 
     def decode(self, result: VariantResult, progress: Progress) -> None:
         s = self.settings
@@ -212,26 +225,26 @@ class _VariantRun:
             schedule.update(torch.full((s.batch,), pos + 1, dtype=torch.int32, device=self.device))  # once a step
             meta = DecodeMetadata(self.slots(step_positions), self.block_table, schedule)
             x = self.model.embed(self.tokens[:, pos])
-            for l, hook in enumerate(self.hooks):
-                q, k, w = self.model.indexer_inputs(l, x, step_positions.reshape(-1))
-                self.decode_rows.append((l, pos, q, w, hook(q, k, w, meta)))
-                self.keys[l][:, pos] = k
-                x = self.model.next_hidden(l, x)
+            for layer, hook in enumerate(self.hooks):
+                q, k, w = self.model.indexer_inputs(layer, x, step_positions.reshape(-1))
+                self.decode_rows.append((layer, pos, q, w, hook(q, k, w, meta)))
+                self.keys[layer][:, pos] = k
+                x = self.model.next_hidden(layer, x)
 
     def score(self, result: VariantResult, progress: Progress) -> None:
         s, top_k = self.settings, self.top_k
         progress(f"bf16 reference and recall@{top_k}")
-        for l, (q, w, got) in enumerate(self.prefill_rows):
+        for layer, (q, w, got) in enumerate(self.prefill_rows):
             for b in range(s.batch):
                 for first in range(0, s.prompt_len, REFERENCE_ROWS):
                     at = self.positions[b, first:first + REFERENCE_ROWS]
                     rows = slice(b * s.prompt_len + first, b * s.prompt_len + first + at.numel())
-                    ref = reference_logits(q[rows], self.keys[l][b, :s.prompt_len], w[rows], at)
+                    ref = reference_logits(q[rows], self.keys[layer][b, :s.prompt_len], w[rows], at)
                     _add_recall(result, "prefill", recall_at_k(got[rows], ref, at, top_k))
-        for l, pos, q, w, got in self.decode_rows:
+        for layer, pos, q, w, got in self.decode_rows:
             at = torch.tensor([pos], device=self.device)
             for b in range(s.batch):
-                ref = reference_logits(q[b:b + 1], self.keys[l][b, :pos + 1], w[b:b + 1], at)
+                ref = reference_logits(q[b:b + 1], self.keys[layer][b, :pos + 1], w[b:b + 1], at)
                 _add_recall(result, "decode", recall_at_k(got[b:b + 1], ref, at, top_k))
 
 
@@ -242,16 +255,16 @@ def _add_recall(result: VariantResult, phase: str, recall: tuple[float, int]) ->
 
 def format_report(result: DemoResult) -> str:
     """The human-readable summary `mxidx demo` prints."""
-    s, d, pool = result.settings, result.decision, result.pool
+    s, m, d, pool = result.settings, result.settings.model, result.decision, result.pool
     chosen = result.bytes_per_token[d.kv_dtype]
     lines = [
         f"device            {result.device}",
-        f"model             {s.layers} layers, H={s.num_heads}, D={s.head_dim}, page {s.page_size} tokens, "
+        f"model             {m.num_layers} layers, H={m.num_heads}, D={m.head_dim}, page {s.page_size} tokens, "
         f"batch {s.batch}, prompt {s.prompt_len}, {s.decode_steps} decode steps",
         f"requested         {d.requested.to_json()}",
         f"gate decision     {d.describe()}  [{result.gate_seconds:.2f} s]",
         f"cache bytes/token fp8 {result.bytes_per_token['fp8']}, mxfp4 {result.bytes_per_token['mxfp4']} per layer; "
-        f"chosen {d.kv_dtype}: {chosen} x {s.layers} layers = {chosen * s.layers}",
+        f"chosen {d.kv_dtype}: {chosen} x {m.num_layers} layers = {chosen * m.num_layers}",
         f"shared pool       {pool.pool_bytes} bytes: {pool.num_pages} page slots of stride {pool.page_stride} "
         f"(indexer pages {pool.page_bytes} B per layer + {pool.extra_bytes_per_page} B other per-page data)",
         f"recall@{s.resolved_top_k} of {d.kv_dtype} vs the bf16 reference (rows that see more than k keys):",

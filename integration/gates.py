@@ -10,8 +10,8 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
                   take the exact unpack path, and the decision says so.
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
                   P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
-                  scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry, not a
-                  fallback.
+                  scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry
+                  (integration.geometry), not a fallback.
     self_check    a one-time run of the MXFP4 kernels against sim/ on a tiny case (integration.selfcheck).
 
 A failed gate selects FP8 and logs one warning naming the gate and the reason. A gate that raises (an
@@ -29,13 +29,12 @@ from typing import Callable
 
 import torch
 
-from hw._cache_view import PAGE_SIZES, TILE_HEAD_DIM
-# the scorers' head-dim rule (DESIGN's multiples of 32 in 32..256, of which the scorer tiles take the powers of
-# two) and whether hw's kernels run in the interpreter: one definition each, in hw
-from hw._checks import parse_version
-from hw.logits import INTERPRETER_DOT_SCALED_TRITON, check_scorer_head_dim, kernels_interpreted
+from hw.checks import parse_version
+from hw.layout import TILE_HEAD_DIM
+from hw.logits import INTERPRETER_DOT_SCALED_TRITON, kernels_interpreted
 
 from .config import IndexerConfig
+from .geometry import IndexerGeometry
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +42,6 @@ GATES = ("architecture", "triton", "geometry", "self_check")
 MIN_TRITON_COMPILED = (3, 3)      # tl.dot_scaled in compiled backends
 NATIVE_ARCHS = ("gfx950",)        # scaled MFMA v_mfma_scale_f32_*_f8f6f4
 MIN_NVIDIA_MAJOR = 9              # sm_90 (Hopper) and newer: dot_scaled through Triton's decomposition
-
-
-@dataclass(frozen=True)
-class IndexerGeometry:
-    """Shape of one indexer layer: H heads of head dim D, P tokens per cache page.
-
-    Raises ValueError for geometry that no format supports (D not one of the scorers' 32, 64, 128, 256; P not
-    in 16/32/64/128/256; H < 1).
-    """
-
-    num_heads: int
-    head_dim: int
-    page_size: int
-
-    def __post_init__(self):
-        if not isinstance(self.num_heads, int) or self.num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {self.num_heads!r}")
-        check_scorer_head_dim("head_dim", self.head_dim, "mxfp4")
-        if self.page_size not in PAGE_SIZES:
-            raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size!r}")
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 
 import hw
-from hw._cache_view import check_cache_view
-from hw._checks import check_flag, check_tensor, validate_requested
-from hw.logits import check_scorer_head_dim
+from hw.checks import check_flag, check_tensor, validate_requested
+from hw.layout import check_cache_view, check_scorer_head_dim
 from hw.topk import MAX_K
 
 from .gates import GateDecision

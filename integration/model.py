@@ -52,6 +52,9 @@ class ModelConfig:
     seed: int = 0
 
     def __post_init__(self):
+        for name in ("num_layers", "num_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         d = self.head_dim
         if d < 1 or d & (d - 1):
             raise ValueError(f"head_dim must be a power of two for the Hadamard rotation, got {d}")

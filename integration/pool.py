@@ -20,16 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hw._cache_view import PAGE_SIZES, bytes_per_token, check_head_dim, resolve_layout
-from hw._checks import PAGE_STRIDE_ALIGN
+from hw.checks import PAGE_STRIDE_ALIGN
+from hw.layout import PAGE_SIZES, bytes_per_token, check_head_dim, resolve_layout
 
 UNUSED_FILL = 0xFF   # fresh pools are NaN-poisoned: a read of an unwritten page shows up as NaN, never as 0
-
-
-def cache_bytes_per_token(kv_dtype: str, head_dim: int) -> int:
-    """Indexer K-cache bytes per token and layer: fp8 D + 4 (values + fp32 scale), mxfp4 D/2 + D/32."""
-    resolve_layout(kv_dtype, None)
-    return bytes_per_token(kv_dtype, head_dim)
 
 
 @dataclass(frozen=True)
@@ -103,8 +97,8 @@ class IndexerPool:
         bpt = layout.bytes_per_token
         shape = (layout.num_pages, layout.page_size, 1, bpt)
         strides = (layout.page_stride, bpt, bpt, 1)
-        self.views = tuple(torch.as_strided(self.pool, shape, strides, layout.view_offset(l))
-                           for l in range(layout.num_layers))
+        self.views = tuple(torch.as_strided(self.pool, shape, strides, layout.view_offset(layer))
+                           for layer in range(layout.num_layers))
 
     def view(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s kv_cache view (see the class docstring); ValueError if layer is out of range."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 import hw
-from hw._checks import check_tensor
+from hw.checks import check_tensor
 
 CPU_NUM_PROGRAMS = 4   # the interpreter runs programs one after another: a few programs keep the grid cheap
 # Programs per SM/CU of the persistent decode grid. H200, B64/H32/D128/ctx 8192 FP8 decode: 83 us with 132

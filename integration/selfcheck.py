@@ -26,13 +26,15 @@ import numpy as np
 import torch
 
 import hw
+from hw.layout import bytes_per_token
+from hw.targets import Op
 from sim import layout as sim_layout
 from sim import mxfp4 as sim_mxfp4
 from sim import scorer as sim_scorer
 
 from .config import IndexerConfig
-from .gates import IndexerGeometry
-from .pool import IndexerPool, PoolLayout, cache_bytes_per_token
+from .geometry import IndexerGeometry
+from .pool import IndexerPool, PoolLayout
 from .schedule import default_num_sms
 
 SEED = 20261130
@@ -85,7 +87,7 @@ def _check(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
     rule = config.scale_rule
     ctx = (len(BLOCK_TABLE) - 1) * page + PARTIAL_TAIL
 
-    page_stride = VIEW_OFFSET + page * cache_bytes_per_token("mxfp4", head_dim) + EXTRA_STRIDE
+    page_stride = VIEW_OFFSET + page * bytes_per_token("mxfp4", head_dim) + EXTRA_STRIDE
     pool_layout = PoolLayout("mxfp4", layout, 1, NUM_PAGES, page, head_dim, extra_bytes_per_page=VIEW_OFFSET,
                              page_stride=page_stride)
     pool = IndexerPool(pool_layout, device)
@@ -123,10 +125,11 @@ def _check(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
             or _check_prefill(pool, geom, sim_pool, (q_codes, q_scales), q64, weights, ctx, layout, device))
 
 
-def _bound(bound_fn, args, geom, device, kernel: str) -> np.ndarray:
-    """sim.scorer's fp32 bound (DESIGN §4) with the n and u hw.logits declares for `kernel` on `device`."""
-    return bound_fn(*args, n_roundings=hw.logits.dot_product_roundings("mxfp4", geom.head_dim, device, kernel),
-                    u=hw.logits.accumulation_unit_roundoff("mxfp4", device))
+def _bound(bound_fn, args, geom, device, op) -> np.ndarray:
+    """sim.scorer's fp32 bound (DESIGN §4) with the n and u hw declares for scorer `op` (the default variant)
+    on `device`."""
+    n, u = hw.logits.declared_precision(op, "mxfp4", geom.head_dim, device)
+    return bound_fn(*args, n_roundings=n, u=u)
 
 
 def _check_decode(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, device) -> str | None:
@@ -142,7 +145,7 @@ def _check_decode(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, devic
                                          layout=layout)
     args = (q64.reshape(1, NEXT_N, heads, -1), sim_pool, geom, weights, context_lens, block_table, width)
     check = sim_scorer.check_logits(logits.cpu().numpy(), sim_scorer.decode_logits(*args),
-                                    _bound(sim_scorer.decode_error_bound, args, geom, device, "decode"))
+                                    _bound(sim_scorer.decode_error_bound, args, geom, device, Op.DECODE))
     return None if check.ok else f"hw.fp8_fp4_paged_mqa_logits outside the fp32 bound: {check.describe()}"
 
 
@@ -164,5 +167,5 @@ def _check_prefill(pool, geom, sim_pool, q_pair, q64, weights, ctx, layout, devi
     k64 = sim_scorer.dequantize_kv(want_values, want_scales)
     args = (q64, k64, weights, ks, ke)
     check = sim_scorer.check_logits(logits.cpu().numpy(), sim_scorer.prefill_logits(*args),
-                                    _bound(sim_scorer.prefill_error_bound, args, geom, device, "prefill"))
+                                    _bound(sim_scorer.prefill_error_bound, args, geom, device, Op.PREFILL))
     return None if check.ok else f"hw.fp8_fp4_mqa_logits outside the fp32 bound: {check.describe()}"

@@ -12,7 +12,7 @@ failure models give what a kernel that does *not* rebase would read:
 Why BUFFER_U32 takes `buffer_num_records`: with DESIGN §3's rule taken literally no byte of the view ever reads
 0. A wrapped offset (b*S + off) mod 2^32 is always below 2^32; a view of at most 2^32 bytes never wraps and every
 offset is below view_bytes, and a longer view has num_records = 2^32. So the default models the *silent* failure
-(pages past 2^32 read the bytes 2^32 lower, wrong data but no zeros), and the zero-read failure of FACTS.md (a
+(pages past 2^32 read the bytes 2^32 lower, wrong data but no zeros), and the reported zero-read failure (DESIGN §3: a
 scorer reading 0 past its range, then zero logits and top-k ties) needs a descriptor whose range is smaller than
 the view: e.g. buffer_num_records = 2^31 - 1 for offsets kept in int32, where the pages from 2^31 up to 2^32 read
 0 (past 2^32 the wrapped offsets are back in range and read wrong data again).
@@ -25,12 +25,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import parse_choice
-from .layout import (PageGeometry, block_table_pages, check_block_table_row, check_pool, decode_token_bytes,
-                     token_byte_offsets)
+from .layout import (
+    PageGeometry,
+    block_table_pages,
+    check_block_table_row,
+    check_pool,
+    decode_token_bytes,
+    token_byte_offsets,
+)
 
 INT31 = 2 ** 31
 UINT32 = 2 ** 32
-FIRST_REPORTED_FAILURE = 4_608_000_000   # first failing byte offset reported for an FP4 scorer (FACTS.md)
+FIRST_REPORTED_FAILURE = 4_608_000_000   # first failing byte offset reported for an FP4 scorer (DESIGN §3)
 BOUNDARIES = (INT31, UINT32, FIRST_REPORTED_FAILURE)
 
 

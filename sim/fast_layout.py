@@ -10,10 +10,22 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .formats import E8M0_NAN, E4M3_NAN, MX_BLOCK
-from .layout import (FP8_SCALE_BYTES, LAYOUTS, TILE_D, TILE_GROUPS, TILE_ROW_BYTES, TILE_TOKEN_LANES, PageGeometry,
-                     check_array, check_block_table_row, check_pool, check_slot_mapping, decode_token_bytes,
-                     encode_token_bytes)
+from .formats import E4M3_NAN, E8M0_NAN, MX_BLOCK
+from .layout import (
+    FP8_SCALE_BYTES,
+    LAYOUTS,
+    TILE_D,
+    TILE_GROUPS,
+    TILE_ROW_BYTES,
+    TILE_TOKEN_LANES,
+    PageGeometry,
+    check_array,
+    check_block_table_row,
+    check_pool,
+    check_slot_mapping,
+    decode_token_bytes,
+    encode_token_bytes,
+)
 
 _FP8, _MXFP4 = LAYOUTS.index("fp8"), LAYOUTS.index("mxfp4")   # anything else is mxfp4_tiled
 _E4M3_NAN_LOW7 = E4M3_NAN            # 0x7F and 0xFF: the low 7 bits all set

@@ -28,6 +28,7 @@ import numpy as np
 
 from .formats import MX_BLOCK
 
+# The names and sizes below are hw/layout.py's too (sim may not import hw); tests/hw/test_layout.py pins them equal.
 KV_DTYPES = ("fp8", "mxfp4")
 LAYOUTS = ("fp8", "mxfp4", "mxfp4_tiled")
 LAYOUTS_OF = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}

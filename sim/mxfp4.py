@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.formats import (
+    CANONICAL_MIN_SCALE_BYTE,
     E2M1_EMAX,
     E2M1_MAGNITUDES,
     E2M1_MAX,
@@ -27,7 +28,6 @@ from sim.formats import (
     E8M0_MAX_FINITE,
     E8M0_NAN,
     MX_BLOCK,
-    CANONICAL_MIN_SCALE_BYTE,
     Rounding,
     ScaleRule,
     as_float32_input,

@@ -10,7 +10,8 @@ import torch
 
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"   # set, not setdefault: an inherited TRITON_INTERPRET=0 would break every kernel test
+    # set, not setdefault: an inherited TRITON_INTERPRET=0 would break every kernel test
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(scope="session")

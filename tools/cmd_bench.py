@@ -6,9 +6,7 @@ used as ceilings are measured in the same run, on the same device.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import statistics
 import sys
 
@@ -100,21 +98,24 @@ def _ceilings(inner: int, replays: int) -> dict:
 
 
 def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
-                  seed: int = 0, num_programs: int | None = None):
+                  seed: int = 0, num_programs: int | None = None, variant: str | None = None,
+                  launch_settings: dict | None = None):
     """One input set of the decode benchmark: a paged cache on shuffled physical pages filled by the hw writer from
     random bf16 keys, quantized queries and weights. Returns (call, bytes_moved): call() runs
-    hw.fp8_fp4_paged_mqa_logits (clean_logits=False, as a decode step does) and returns the logits; bytes_moved
-    counts the K cache bytes read once, q, the weights and the logits written. num_programs: the persistent grid
-    (default: integration.schedule.default_num_sms)."""
+    hw.fp8_fp4_paged_mqa_logits (clean_logits=False, as a decode step does; `variant` and `launch_settings` as
+    that launcher takes them) and returns the logits; bytes_moved counts the K cache bytes read once, q, the
+    weights and the logits written. num_programs: the persistent grid (default:
+    integration.schedule.default_num_sms)."""
     import torch
 
     import hw
+    from hw.layout import bytes_per_token
     from integration.schedule import default_num_sms
 
     gen = torch.Generator(device=device).manual_seed(seed)
     pages_per_seq = -(-context // page_size)
     num_pages = batch * pages_per_seq
-    bpt = head_dim + 4 if kv_dtype == "fp8" else head_dim // 2 + head_dim // 32
+    bpt = bytes_per_token(kv_dtype, head_dim)
     page_stride = -(-page_size * bpt // 16) * 16
     pool = torch.zeros(num_pages * page_stride, dtype=torch.uint8, device=device)
     kv_cache = pool.as_strided((num_pages, page_size, 1, bpt), (page_stride, bpt, bpt, 1))
@@ -138,7 +139,8 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
 
     def call():
         return hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,
-                                           clean_logits=False, layout=layout)
+                                           clean_logits=False, layout=layout, variant=variant,
+                                           launch_settings=launch_settings)
 
     q_bytes = sum(t.numel() * t.element_size() for t in q if t is not None)
     moved = batch * context * bpt + q_bytes + weights.numel() * 4 + batch * next_n * context * 4
@@ -148,18 +150,21 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
 INPUT_SETS = 4  # 4 x 35.7 MB (MXFP4, the default shape) > the H200's 60 MB L2
 
 
-def _decode_case(kv_dtype: str, *, layout, inner, replays, **shape):
+def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, **shape):
     """Time hw.fp8_fp4_paged_mqa_logits on one shape over INPUT_SETS input sets; return time and bytes moved."""
-    sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, **shape) for i in range(INPUT_SETS)]
+    sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, variant=variant, **shape)
+            for i in range(INPUT_SETS)]
     us = _graph_time_us([call for call, _ in sets], inner=inner, replays=replays)
     moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
             "MB_moved": moved / 1e6, "GBps": moved / us / 1e3}
 
 
-def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim, causal, seed: int = 0):
+def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim, causal, seed: int = 0,
+                   variant: str | None = None, launch_settings: dict | None = None):
     """One input set of the prefill benchmark (contiguous K, as after the gather). Returns (call, flops): call()
-    runs hw.fp8_fp4_mqa_logits; flops = 2 * H * D * (visible (query, key) pairs)."""
+    runs hw.fp8_fp4_mqa_logits (`variant` and `launch_settings` as that launcher takes them); flops =
+    2 * H * D * (visible (query, key) pairs)."""
     import torch
 
     import hw
@@ -183,18 +188,19 @@ def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim
     pairs = int(ke.sum()) - int(ks.sum())
 
     def call():
-        return hw.fp8_fp4_mqa_logits(q, kv, weights, ks, ke, clean_logits=True)
+        return hw.fp8_fp4_mqa_logits(q, kv, weights, ks, ke, clean_logits=True, variant=variant,
+                                     launch_settings=launch_settings)
 
     return call, 2 * heads * head_dim * pairs
 
 
-def _prefill_case(kv_dtype, *, inner, replays, **shape):
-    call, flops = prefill_inputs(kv_dtype, "cuda", **shape)
+def _prefill_case(kv_dtype, *, variant, inner, replays, **shape):
+    call, flops = prefill_inputs(kv_dtype, "cuda", variant=variant, **shape)
     us = _graph_time_us([call], inner=inner, replays=replays)
     return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
 
 
-def _topk_case(*, rows, width, k, inner, replays):
+def _topk_case(*, variant, rows, width, k, inner, replays):
     import torch
 
     import hw
@@ -202,48 +208,11 @@ def _topk_case(*, rows, width, k, inner, replays):
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = torch.randn(rows, width, device="cuda", generator=gen)
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k)], inner=inner, replays=replays)
+    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, variant=variant)], inner=inner,
+                          replays=replays)
     ref = _graph_time_us([lambda: torch.topk(logits, k, dim=1)], inner=inner, replays=replays)
-    return {"rows": rows, "width": width, "k": k, "time_us": ours, "torch_topk_us": ref}
-
-
-@contextlib.contextmanager
-def _mxfp4_path(path):
-    """Select the MXFP4 dot path of hw.logits for the duration (None: the launcher's default)."""
-    from hw.logits import MX_PATH_ENV
-
-    old = os.environ.get(MX_PATH_ENV)
-    if path is not None:
-        os.environ[MX_PATH_ENV] = path
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(MX_PATH_ENV, None)
-        else:
-            os.environ[MX_PATH_ENV] = old
-
-
-@contextlib.contextmanager
-def launch_settings(**values):
-    """Set hw/_logits_details/launch_config attributes for the duration (the launchers read them at each call)."""
-    from hw._logits_details import launch_config as cfg
-
-    old = {name: getattr(cfg, name) for name in values}
-    for name, value in values.items():
-        setattr(cfg, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(cfg, name, value)
-
-
-def _wgmma_rows(enabled: bool):
-    """The paged kernel's PAGED_MMA_MIN_ROWS = 64 variant at one page a step (hw/_logits_details/launch_config)."""
-    if not enabled:
-        return launch_settings()
-    return launch_settings(PAGED_MMA_MIN_ROWS=64, PAGED_TOKENS_PER_STEP={"fp8": 64, "mxfp4": 64})
+    return {"variant": variant, "rows": rows, "width": width, "k": k, "time_us": ours, "torch_topk_us": ref,
+            "vs_torch": ours / ref}
 
 
 def _table(rows, columns):
@@ -267,8 +236,8 @@ def _table(rows, columns):
 @click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the results as JSON here.")
 def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, topk_k, inner, replays, json_out):
     """Time the kernels on a CUDA GPU (needs one; on a CPU, `mxidx diff --quick` checks the kernels instead):
-    decode scorer (FP8; MXFP4 on each dot path; MXFP4 tiled), prefill scorer (FP8 vs MXFP4, full and causal) and
-    top-k, against the copy bandwidth and the bf16 matmul rate measured in the same run."""
+    every decode, prefill and top-k variant of hw.variants that runs there (MXFP4 also on the tiled pages, prefill
+    also causal), against the copy bandwidth and the bf16 matmul rate measured in the same run."""
     import torch
 
     if not torch.cuda.is_available():
@@ -276,43 +245,48 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
                    "on the CPU", err=True)
         sys.exit(2)
     choose_device("cuda")
-    from hw.logits import MX_PATHS
+    from hw.logits import scorer_target
+    from hw.targets import Op
+    from hw.variants import select, variants
 
     shape = dict(batch=batch, next_n=next_n, heads=heads, head_dim=head_dim, context=context, page_size=page_size)
     name = torch.cuda.get_device_name(0)
     click.echo(f"device: {name}; decode shape {shape}", err=True)
     click.echo("measuring ceilings ...", err=True)
     ceil = _ceilings(inner=5, replays=replays)
-    nvidia = torch.version.hip is None
-    variants = [("fp8", None, None, False), ("mxfp4", None, None, False)]
-    variants += [("mxfp4", None, p, False) for p in MX_PATHS if nvidia or p != "unpack_ptx"]
+    target = scorer_target("cuda")
+    # every decode variant that runs here on its format's planar pages, and the MXFP4 default on the tiled pages
+    runs = [(v.kv_format, None, v.name) for v in variants(Op.DECODE, target=target)]
     if head_dim % 128 == 0:
-        variants.append(("mxfp4", "mxfp4_tiled", None, False))
-    if nvidia:   # the wgmma-shaped candidates (64 MMA rows, one page a step)
-        variants += [("fp8", None, None, True), ("mxfp4", None, "unpack_ptx", True)]
+        runs.append(("mxfp4", "mxfp4_tiled", select(Op.DECODE, target, "mxfp4").name))
     decode = []
-    for kv_dtype, layout, path, m64 in variants:
-        label = (layout or kv_dtype) + ("" if path is None else f" {path}") + (" M64" if m64 else "")
+    for kv_dtype, layout, variant in runs:
+        label = variant + ("" if layout is None else f" ({layout})")
         click.echo(f"decode {label} ...", err=True)
-        with _mxfp4_path(path), _wgmma_rows(m64):
-            row = _decode_case(kv_dtype, layout=layout, inner=inner, replays=replays, **shape)
+        row = _decode_case(kv_dtype, layout=layout, variant=variant, inner=inner, replays=replays, **shape)
         row.update(variant=label, frac_copy=row["GBps"] / ceil["copy_GBps"])
         decode.append(row)
+    fp8_us = next(r["time_us"] for r in decode if r["format"] == "fp8")
     for row in decode:
-        row["speedup_vs_fp8"] = decode[0]["time_us"] / row["time_us"]
+        row["speedup_vs_fp8"] = fp8_us / row["time_us"]
     prefill = []
     for causal in ((False, True) if prefill_queries else ()):
-        for kv_dtype in ("fp8", "mxfp4"):
-            click.echo(f"prefill {kv_dtype} {'causal' if causal else 'full'} ...", err=True)
-            row = _prefill_case(kv_dtype, queries=prefill_queries, keys=prefill_queries, heads=heads,
-                                head_dim=head_dim, causal=causal, inner=3, replays=replays)
-            row["variant"] = f"{kv_dtype} {'causal' if causal else 'full'}"
+        # every variant on the full problem; the defaults on the causal one
+        chosen = variants(Op.PREFILL, target=target) if not causal else \
+            tuple(select(Op.PREFILL, target, f) for f in ("fp8", "mxfp4"))
+        for v in chosen:
+            label = f"{v.name} {'causal' if causal else 'full'}"
+            click.echo(f"prefill {label} ...", err=True)
+            row = _prefill_case(v.kv_format, variant=v.name, queries=prefill_queries, keys=prefill_queries,
+                                heads=heads, head_dim=head_dim, causal=causal, inner=3, replays=replays)
+            row["variant"] = label
             row["frac_bf16_mm"] = row["TFLOPs"] / ceil["bf16_TFLOPs"]
             prefill.append(row)
     topk = []
-    if topk_k:
-        click.echo("top-k ...", err=True)
-        topk.append(_topk_case(rows=batch * next_n, width=context, k=topk_k, inner=inner, replays=replays))
+    for v in (variants(Op.TOPK, target=target) if topk_k else ()):
+        click.echo(f"top-k {v.name} ...", err=True)
+        topk.append(_topk_case(variant=v.name, rows=batch * next_n, width=context, k=topk_k, inner=inner,
+                               replays=replays))
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
                f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
@@ -326,8 +300,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
                                     ("TFLOP/s", "TFLOPs", ".0f"), ("of bf16 mm", "frac_bf16_mm", ".0%")]))
     if topk:
         click.echo("top-k (exact, ours) vs torch.topk:")
-        click.echo(_table(topk, [("rows", "rows", "d"), ("width", "width", "d"), ("k", "k", "d"),
-                                 ("ours us", "time_us", ".1f"), ("torch us", "torch_topk_us", ".1f")]))
+        click.echo(_table(topk, [("variant", "variant", ""), ("rows", "rows", "d"), ("width", "width", "d"),
+                                 ("k", "k", "d"), ("ours us", "time_us", ".1f"), ("torch us", "torch_topk_us", ".1f"),
+                                 ("vs torch", "vs_torch", ".2f")]))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "prefill": prefill,

@@ -39,7 +39,7 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
         device = choose_device(device)
     except RuntimeError as e:
         raise BadInput(str(e)) from None
-    from integration.config import IndexerConfig   # after choose_device: imports hw
+    from integration.config import IndexerConfig  # after choose_device: imports hw
     from integration.demo import DemoSettings, format_report, run_demo
 
     try:
@@ -48,8 +48,8 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
                              f"{DEMO_ATTENTION_CONFIG} or give a JSON object such as "
                              '\'{"indexer_kv_dtype": "fp8"}\'')
         config = IndexerConfig.from_json(attention_config)
-        settings = DemoSettings.for_device(device, layers=layers, prompt_len=prompt_len, decode_steps=decode_steps,
-                                           num_heads=heads, top_k=top_k)
+        settings = DemoSettings.for_device(device, num_layers=layers, num_heads=heads, prompt_len=prompt_len,
+                                           decode_steps=decode_steps, top_k=top_k)
     except ValueError as e:        # one line, exit status 2, before any kernel runs
         raise BadInput(str(e)) from None
     start = time.perf_counter()

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from hw._isa_spec import TARGETS
+from hw.isa_spec import TARGETS
 
 _HEADER = ("kernel", "warps", "matrix instructions", "registers", "scratch", "shared", "occupancy", "status")
 
@@ -25,10 +25,10 @@ def isa(target: str, kernel: str | None, as_json: bool):
     """Cross-compile hw/'s kernels for the --target GPU (no GPU needed) and report matrix instructions, registers,
     scratch, shared memory and occupancy. Prints one progress line per kernel to stderr (an empty Triton cache
     takes about a minute)."""
-    from hw import isa as hw_isa
+    from . import isa as isa_report
 
     try:
-        kernels, missing = hw_isa.report(target, kernel, progress=lambda line: click.echo(line, err=True))
+        kernels, missing = isa_report.report(target, kernel, progress=lambda line: click.echo(line, err=True))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--kernel") from None
     ok = not any(k.failures for k in kernels)

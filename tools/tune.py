@@ -1,5 +1,5 @@
-"""`python -m tools.tune`: GPU sweeps of the scorers' launch configuration (hw/_logits_details/launch_config.py;
-the prefill sweep sets the NVIDIA tiles, launch_config.PREFILL["nvidia"]).
+"""`python -m tools.tune`: GPU sweeps of the scorer variants' launch settings (each variant's settings record in
+hw.variants, replaced field by field through the launchers' `launch_settings`).
 
 Each configuration is timed like `mxidx bench` times it (median of CUDA-graph replays, decode over rotating input
 sets), on the bench's default shapes: decode B64/N1/H32/D128/ctx 8192/P64, prefill 4096 x 4096 x H32/D128 full.
@@ -8,26 +8,21 @@ that fails to compile or launch is recorded with its error and the sweep goes on
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import sys
 
 import click
 
-from .cmd_bench import INPUT_SETS, _graph_time_us, _mxfp4_path, decode_inputs, launch_settings, prefill_inputs
+from .cmd_bench import INPUT_SETS, _graph_time_us, decode_inputs, prefill_inputs
 from .runtime import choose_device
 
-#: prefill settings swept per (format, MXFP4 path): launch_config.PrefillTiles field -> values (tile_rows is set
-#: for every dot variant at once)
-PREFILL_GRID = {"tile_rows": (64, 128), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
-PREFILL_VARIANTS = (("fp8", None), ("mxfp4", "dot_scaled"), ("mxfp4", "unpack_ptx"))
-#: decode: persistent programs per SM (schedule), warps, tokens a step
+#: prefill settings swept per variant: PrefillSettings field -> values (block_s 2 / 4 = 64 / 128 MMA rows at H32)
+PREFILL_GRID = {"block_s": (2, 4), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
+#: decode: persistent programs per SM (schedule), then PagedSettings fields
 DECODE_PROGRAMS_PER_SM = (4, 8)
 DECODE_WARPS = (4, 8)
 DECODE_TOKENS_PER_STEP = (128, 256, 512)
-DECODE_MAXNREG = (None,)       # register caps to try (ptxas .maxnreg); --maxnreg adds more
-DECODE_VARIANTS = (("fp8", None), ("mxfp4", "unpack_ptx"), ("mxfp4", "dot_scaled"))
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
 
@@ -41,49 +36,50 @@ def _timed(fns, *, inner, replays) -> dict:
 
 
 def _prefill_rows(replays):
-    from hw._logits_details import launch_config as cfg
+    from hw.logits import scorer_target
+    from hw.targets import Op
+    from hw.variants import variants
 
-    for kv_dtype, path in PREFILL_VARIANTS:
-        with _mxfp4_path(path):
-            call, flops = prefill_inputs(kv_dtype, "cuda", **PREFILL_SHAPE)
-            for values in itertools.product(*PREFILL_GRID.values()):
-                setting = dict(zip(PREFILL_GRID, values))
-                nvidia = cfg.PREFILL["nvidia"]
-                tiles = dataclasses.replace(nvidia, **setting | {"tile_rows": dict.fromkeys(nvidia.tile_rows,
-                                                                                         setting["tile_rows"])})
-                with launch_settings(PREFILL=cfg.PREFILL | {"nvidia": tiles}):
-                    row = _timed([call], inner=3, replays=replays)
-                if "time_us" in row:
-                    row["TFLOPs"] = flops / row["time_us"] / 1e6
-                yield {"kernel": "prefill", "format": kv_dtype, "path": path, **setting, **row}
+    for v in variants(Op.PREFILL, target=scorer_target("cuda")):
+        for values in itertools.product(*PREFILL_GRID.values()):
+            setting = dict(zip(PREFILL_GRID, values))
+            call, flops = prefill_inputs(v.kv_format, "cuda", variant=v.name, launch_settings=setting,
+                                         **PREFILL_SHAPE)
+            row = _timed([call], inner=3, replays=replays)
+            if "time_us" in row:
+                row["TFLOPs"] = flops / row["time_us"] / 1e6
+            yield {"kernel": "prefill", "format": v.kv_format, "variant": v.name, **setting, **row}
 
 
-def _decode_rows(replays, *, warps_options, tokens_options, maxnregs):
+def _decode_rows(replays, *, warps_options, tokens_options):
     import torch
 
+    from hw.logits import scorer_target
+    from hw.targets import Op
+    from hw.variants import variants
+
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for (kv_dtype, path), per_sm in itertools.product(DECODE_VARIANTS, DECODE_PROGRAMS_PER_SM):
-        with _mxfp4_path(path):
-            sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, num_programs=per_sm * sms, **DECODE_SHAPE)
+    page = DECODE_SHAPE["page_size"]
+    for v, per_sm in itertools.product(variants(Op.DECODE, target=scorer_target("cuda")), DECODE_PROGRAMS_PER_SM):
+        for warps, tokens in itertools.product(warps_options, tokens_options):
+            setting = {"num_warps": warps, "pages_per_step": max(1, tokens // page)}
+            sets = [decode_inputs(v.kv_format, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
+                                  variant=v.name, launch_settings=setting, **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
-            moved = sets[0][1]
-            for warps, tokens, maxnreg in itertools.product(warps_options, tokens_options, maxnregs):
-                with launch_settings(PAGED_NUM_WARPS=warps, PAGED_TOKENS_PER_STEP={"fp8": tokens, "mxfp4": tokens},
-                             PAGED_MAXNREG={"fp8": maxnreg, "mxfp4": maxnreg}):
-                    row = _timed([call for call, _ in sets], inner=20, replays=replays)
-                if "time_us" in row:
-                    row["GBps"] = moved / row["time_us"] / 1e3
-                yield {"kernel": "decode", "format": kv_dtype, "path": path, "programs_per_sm": per_sm,
-                       "PAGED_NUM_WARPS": warps, "tokens_per_step": tokens, "maxnreg": maxnreg, **row}
+            row = _timed([call for call, _ in sets], inner=20, replays=replays)
+            if "time_us" in row:
+                row["GBps"] = sets[0][1] / row["time_us"] / 1e3
+            yield {"kernel": "decode", "format": v.kv_format, "variant": v.name, "programs_per_sm": per_sm,
+                   "tokens_per_step": tokens, **setting, **row}
             del sets
             torch.cuda.empty_cache()
 
 
 def _best(rows, kernel):
-    """The fastest row per (format, path) of `kernel`."""
+    """The fastest row per variant of `kernel`."""
     best = {}
     for row in rows:
-        key = (row["format"], row["path"])
+        key = row["variant"]
         if row["kernel"] == kernel and "time_us" in row and (key not in best or row["time_us"] < best[key]["time_us"]):
             best[key] = row
     return list(best.values())
@@ -91,14 +87,13 @@ def _best(rows, kernel):
 
 @click.command()
 @click.option("--only", type=click.Choice(["prefill", "decode"]), help="sweep one kernel (default: both)")
-@click.option("--replays", default=20, show_default=True)
-@click.option("--maxnreg", "maxnregs", type=int, multiple=True,
-              help="decode: also try this register cap (repeatable); default: the compiler's choice only")
+@click.option("--replays", default=20, show_default=True, help="Timed graph replays per setting (median).")
 @click.option("--decode-warps", type=int, multiple=True, help="decode: warps to try (default 4 and 8)")
 @click.option("--decode-tokens", type=int, multiple=True, help="decode: tokens a step to try (default 128 256 512)")
 @click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
-def tune(only, replays, maxnregs, decode_warps, decode_tokens, json_out):
-    """Sweep the prefill and decode launch settings on the GPU; print the fastest setting per format and path."""
+def tune(only, replays, decode_warps, decode_tokens, json_out):
+    """Sweep the prefill and decode launch settings of every scorer variant on the GPU; print the fastest setting
+    per variant."""
     import torch
 
     if not torch.cuda.is_available():
@@ -109,8 +104,7 @@ def tune(only, replays, maxnregs, decode_warps, decode_tokens, json_out):
     rows = []
     sweeps = {"prefill": lambda: _prefill_rows(replays),
               "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS,
-                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP,
-                                             maxnregs=DECODE_MAXNREG + maxnregs)}
+                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP)}
     for kernel in kernels:
         for row in sweeps[kernel]():
             rows.append(row)

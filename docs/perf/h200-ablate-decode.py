@@ -5,9 +5,14 @@ h200-bench.md). Each variant runs in a fresh process, since Triton resolves the 
 
 VARIANT: base | no_unpack (codes used as e4m3 bytes) | no_scales (E8M0 factors replaced by 1) | no_relu.
 The variants other than base compute wrong logits on purpose; this is a timing probe, not a kernel."""
-import json, os, sys
+import json
+import os
+import sys
+
 os.environ["MXIDX_MXFP4_PATH"] = sys.argv[2] if len(sys.argv) > 2 else "unpack_ptx"
-import triton, triton.language as tl
+import triton
+import triton.language as tl
+
 import hw._logits_details.scoring as S
 
 variant = sys.argv[1]
@@ -31,6 +36,7 @@ elif variant == "no_scales":
 elif variant == "no_relu":
     S.relu_keep_nan = _relu_only
 from tools.cmd_bench import _decode_case
+
 shape = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 row = _decode_case("mxfp4", layout=None, inner=20, replays=20, **shape)
 print(json.dumps({"variant": variant, "path": os.environ["MXIDX_MXFP4_PATH"], "time_us": row["time_us"]}))

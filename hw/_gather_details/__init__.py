@@ -1,5 +1,5 @@
 """@triton.jit bodies of the paged -> contiguous K gather (launcher: hw/gather.py) and their cross-compile specs
-(hw/isa.py).
+(tools/isa.py).
 
 kernels.py   gather_fp8_kernel, gather_mxfp4_kernel (planar or tiled pages; offsets shared with the writer)
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import triton
 
-from .._isa_spec import CompileSpec
+from ..isa_spec import CompileSpec
 from .kernels import gather_fp8_kernel, gather_mxfp4_kernel
 
 BLOCK_T = 16    # output rows per program on a GPU

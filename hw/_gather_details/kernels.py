@@ -7,8 +7,14 @@ writer's (hw/_quant_details/page_offsets.py), so reader and writer cannot disagr
 import triton
 import triton.language as tl
 
-from .._quant_details.page_offsets import (MX_BLOCK, SCALE_BYTES, fp8_scale_offsets, fp8_value_offsets,
-                                           mxfp4_scale_offsets, mxfp4_value_offsets)
+from .._quant_details.page_offsets import (
+    MX_BLOCK,
+    SCALE_BYTES,
+    fp8_scale_offsets,
+    fp8_value_offsets,
+    mxfp4_scale_offsets,
+    mxfp4_value_offsets,
+)
 
 INT32_MAX = tl.constexpr(2**31 - 1)
 

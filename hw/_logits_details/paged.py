@@ -15,9 +15,16 @@ scorer cannot read a layout the writer did not write.
 import triton
 import triton.language as tl
 
-from .._quant_details.page_offsets import (fp8_scale_base, fp8_scale_token_offset, fp8_value_token_offset,
-                                           mxfp4_scale_base, mxfp4_scale_block_stride, mxfp4_scale_offset,
-                                           mxfp4_value_block_stride, mxfp4_value_token_offset)
+from .._quant_details.page_offsets import (
+    fp8_scale_base,
+    fp8_scale_token_offset,
+    fp8_value_token_offset,
+    mxfp4_scale_base,
+    mxfp4_scale_block_stride,
+    mxfp4_scale_offset,
+    mxfp4_value_block_stride,
+    mxfp4_value_token_offset,
+)
 from .prefill import KV_MXFP4
 from .scoring import fp8_tile, mxfp4_tile, weighted_head_sum
 

@@ -1,5 +1,5 @@
 """@triton.jit bodies of the quantizers and the paged K-cache writer (launchers: hw/quant.py), and their
-cross-compile specs (hw/isa.py).
+cross-compile specs (tools/isa.py).
 
 codecs.py        exact integer encoders: E8M0 block scale, E2M1 element, E4M3FN element, fp8 per-row scale
 page_offsets.py  page-local byte offsets of the three page layouts (DESIGN §2); also used by hw/_gather_details
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton
 
-from .._isa_spec import CompileSpec
+from ..isa_spec import CompileSpec
 from .codecs import RULE_RCEIL
 from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel, q_quant_mxfp4_kernel
 

@@ -10,8 +10,14 @@ import triton
 import triton.language as tl
 
 from .codecs import fp8_quantize_tile, mxfp4_quantize_tile
-from .page_offsets import (MX_BLOCK, SCALE_BYTES, fp8_scale_offsets, fp8_value_offsets, mxfp4_scale_offsets,
-                           mxfp4_value_offsets)
+from .page_offsets import (
+    MX_BLOCK,
+    SCALE_BYTES,
+    fp8_scale_offsets,
+    fp8_value_offsets,
+    mxfp4_scale_offsets,
+    mxfp4_value_offsets,
+)
 
 BF16_SHIFT = tl.constexpr(16)       # a bf16 is the high half of the fp32 with the same value
 BF16_BITS_MASK = tl.constexpr(0xFFFF)

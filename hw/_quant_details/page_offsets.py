@@ -18,13 +18,13 @@ a constexpr), which the compiler folds exactly as it folds the constexpr express
 import triton
 import triton.language as tl
 
-from .. import _cache_view, _checks
+from .. import checks, layout
 
-# jit views of the host-side constants (hw/_cache_view.py, hw/_checks.py): one definition each
-TILE_D = tl.constexpr(_cache_view.TILE_HEAD_DIM)      # mxfp4_tiled: head-dim elements per tile
-TILE_TOKENS = tl.constexpr(_cache_view.TILE_TOKENS)   # mxfp4_tiled: tokens sharing a 4-byte scale word
-MX_BLOCK = tl.constexpr(_checks.MX_BLOCK)             # MXFP4: elements per block (one scale byte)
-TILE_BYTES = tl.constexpr(_checks.MX_BLOCK // 2)      # MXFP4: code bytes of one block
+# jit views of the host-side constants (hw/layout.py, hw/checks.py): one definition each
+TILE_D = tl.constexpr(layout.TILE_HEAD_DIM)          # mxfp4_tiled: head-dim elements per tile
+TILE_TOKENS = tl.constexpr(layout.TILE_TOKENS)       # mxfp4_tiled: tokens sharing a 4-byte scale word
+MX_BLOCK = tl.constexpr(checks.MX_BLOCK)             # MXFP4: elements per block (one scale byte)
+TILE_BYTES = tl.constexpr(checks.MX_BLOCK // 2)      # MXFP4: code bytes of one block
 SCALE_BYTES = tl.constexpr(4)                         # fp8: a token's fp32 scale, 4 little-endian bytes
 
 

@@ -1,4 +1,4 @@
-"""@triton.jit bodies of the top-k (launcher: hw/topk.py) and their cross-compile specs (hw/isa.py).
+"""@triton.jit bodies of the top-k (launcher: hw/topk.py) and their cross-compile specs (tools/isa.py).
 
 kernel.py   top_k_per_row_kernel: one program per row (compiled GPUs; the path verified on the H200)
             top_k_rows_kernel: a [ROWS, BLOCK] tile of rows per program, ranking instead of tl.sort (the CPU
@@ -6,11 +6,11 @@ kernel.py   top_k_per_row_kernel: one program per row (compiled GPUs; the path v
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import triton
 
-from .._isa_spec import CompileSpec
+from ..isa_spec import CompileSpec
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
 MAX_K = 2048       # the reference models' k; the sort of the selected K_PAD slots lives in registers
@@ -35,7 +35,8 @@ def k_pad(k: int) -> int:
     return max(MIN_K_PAD, triton.next_power_of_2(k))
 
 
-class RowsTiling(NamedTuple):
+@dataclass(frozen=True)
+class RowsTiling:
     """Constexprs of top_k_rows_kernel for one launch (all powers of two)."""
     rows: int         # ROWS: rows per program
     block: int        # BLOCK: columns per chunk
@@ -79,6 +80,4 @@ def _rows_spec(rows: int, width: int, k: int) -> CompileSpec:
         num_warps=NUM_WARPS,
     )
 
-
-# decode (lengths only) at the reference k and a small k; ragged prefill at the reference k; the multi-row kernel
-ISA_SPECS = (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True), _rows_spec(2, 512, 16))
+ISA_SPECS = ()   # the top-k variants' cross-compile specs come with their records in hw.variants

@@ -1,8 +1,8 @@
-"""Random-byte paged pools for the hw writer / gather tests (the other fixtures live in tools/difftest.py).
+"""Random-byte paged pools for the hw writer / gather tests (the other fixtures live in sim.testing and hw.testing).
 
 A pool is a flat uint8 buffer filled with a random byte pattern (so a stray write shows anywhere, including before
-the view offset, between pages and past the last page); the device copy is `tools.difftest.host_to_device` of it
-and the cache its `tools.difftest.torch_cache_view`, with the geometry's page stride and view offset, exactly as
+the view offset, between pages and past the last page); the device copy is `hw.testing.host_to_device` of it
+and the cache its `hw.testing.torch_cache_view`, with the geometry's page stride and view offset, exactly as
 serving engines carve layers out of one shared pool.
 """
 from __future__ import annotations

@@ -1,41 +1,29 @@
 """Query/key fixtures shared by the hw scorer tests (test_logits_prefill.py, test_logits_decode.py).
 
-The sim side (quantization, FP8 weight folding, exact float64 dequantization) is tools.difftest's; this module
-adds what only these tests vary: the MXFP4 dot path, the int32 scale packing and the torch device. The n and u of
-each bound are hw.logits's declarations (dot_product_roundings, accumulation_unit_roundoff) for the path forced here.
+The sim side (quantization, FP8 weight folding, exact float64 dequantization) is sim.testing's, the torch pair
+hw.testing's; this module adds what only these tests vary: the scorer variant (every one of hw.variants that runs
+on this machine), the int32 scale packing and the torch device. The n and u of each bound are what hw declares
+for the variant (hw.logits.declared_precision).
 """
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
-import triton
 
-from hw.logits import dot_scaled_available
-
+from hw.logits import declared_precision, kernels_interpreted, scorer_target
+from hw.targets import Op
+from hw.testing import pair_as_torch
+from hw.variants import variants
 from sim.formats import E4M3_NAN, E8M0_BIAS, E8M0_NAN
-from tools.difftest import pair_as_torch, sim_quantize_q
+from sim.testing import sim_quantize_q
 
-#: MXFP4 dot paths each accuracy case runs (unpack_ptx: inline PTX, NVIDIA GPUs only; dot_scaled where it runs:
-#: compiled, or interpreted by triton >= 3.8).
-MX_PATHS = (("dot_scaled",) if dot_scaled_available() else ()) + ("unpack",) + \
-    (("unpack_ptx",) if torch.cuda.is_available() and not torch.version.hip else ())
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def case_paths(kv_format: str) -> list:
-    """The dot paths a case of `kv_format` runs: FP8 has one (None: the launcher's default), MXFP4 each of MX_PATHS."""
-    return [None] if kv_format == "fp8" else list(MX_PATHS)
-
-
-def mx_path(monkeypatch, path: str | None) -> None:
-    """Force the MXFP4 dot path of hw.logits (None: the launcher's default for the device); skip the test where
-    the path does not run (dot_scaled in the interpreter of a triton without it)."""
-    if path == "dot_scaled" and not dot_scaled_available():
-        pytest.skip(f"tl.dot_scaled does not run in the triton {triton.__version__} interpreter (needs 3.8)")
-    if path is None:
-        monkeypatch.delenv("MXIDX_MXFP4_PATH", raising=False)
-    else:
-        monkeypatch.setenv("MXIDX_MXFP4_PATH", path)
+def case_variants(op: Op, kv_format: str) -> list[str]:
+    """Names of the `op` variants for `kv_format` that run here (the GPU, else the interpreter): each case runs on
+    every one of them."""
+    return [v.name for v in variants(op, kv_format, scorer_target(DEVICE))]
 
 
 ADVERSARIAL_HEAD_DIM = 128
@@ -80,22 +68,17 @@ def poison_key(kv_format: str, values: np.ndarray, scales: np.ndarray, token: in
         scales[token, block] = E8M0_NAN
 
 
-def check_adversarial_key(path: str, kernel: str, got: float, want: float, bound_with, device) -> None:
-    """The adversarial key's logit `got` against the float64 `want`: within the bound of the n that hw declares for
-    `path` (bound_with(n) -> bound), the n = D/32 bound too on the exact unpack path; in the interpreter,
-    tl.dot_scaled's fp32 sum drops the 96 tiny products and breaks the D/32 bound (why it declares n = D)."""
-    from hw.logits import accumulation_unit_roundoff, dot_product_roundings, kernels_interpreted
-
+def check_adversarial_key(variant: str, op: Op, got: float, want: float, bound_with, device) -> None:
+    """The adversarial key's logit `got` against the float64 `want`: within the bound of the (n, u) that hw
+    declares for `variant` (bound_with(n, u) -> bound). In the interpreter, tl.dot_scaled's fp32 sum drops the 96
+    tiny products and breaks the n = D/32 bound: why that variant declares n = D."""
     D = ADVERSARIAL_HEAD_DIM
     assert want == 1 + 96 * 2.0 ** ADVERSARIAL_TINY_EXP
-    n = dot_product_roundings("mxfp4", D, device, kernel)
-    u = accumulation_unit_roundoff("mxfp4", device)
-    assert n == (D // 32 if path == "unpack" else D)
+    n, u = declared_precision(op, "mxfp4", D, device, variant)
     err = abs(got - want)
-    block_bound, declared_bound = bound_with(D // 32, u), bound_with(n, u)
-    assert err <= declared_bound, f"{path}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
-    if path == "unpack":
-        assert err <= block_bound, f"unpack: error {err:.3g} > the n = D/32 bound {block_bound:.3g}"
-    elif kernels_interpreted():
-        assert got == 1.0 and err > block_bound, \
+    declared_bound = bound_with(n, u)
+    assert err <= declared_bound, f"{variant}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
+    if variant == "mxfp4_dot_scaled" and kernels_interpreted():
+        block_bound = bound_with(D // 32, u)
+        assert n == D and got == 1.0 and err > block_bound, \
             f"dot_scaled: {got!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"

@@ -13,11 +13,12 @@ import torch
 
 import hw
 import sim.layout
+from hw.testing import host_to_device, sim_input, torch_cache_view
 from sim.layout import PageGeometry
+from sim.testing import make_geometry, sim_quantize
+from tests.hw._inputs import hostile_input
 from tests.hw._kv_pool import random_pool
 from tests.sim._assert import assert_exact
-from tools.difftest import (host_to_device, hostile_rows, make_geometry, sim_input, sim_quantize,
-                            torch_cache_view)
 
 pytestmark = pytest.mark.interp
 
@@ -84,7 +85,7 @@ def _as_bytes(values: torch.Tensor, scales: torch.Tensor) -> tuple[np.ndarray, n
     """Gather outputs as raw bytes/bits (fp8 scales compared as uint32: random pool bytes include NaN payloads)."""
     values = values.cpu()
     scales = scales.cpu()
-    if values.dtype == hw._checks.FP8_DTYPE:
+    if values.dtype == hw.checks.FP8_DTYPE:
         return values.view(torch.uint8).numpy(), scales.view(torch.int32).numpy().view(np.uint32)
     return values.numpy(), scales.numpy()
 
@@ -117,7 +118,7 @@ def test_writer_then_gather_round_trip(case, device):
     geom = case.geom
     table = _block_table(case, rng)
     total = sum(case.seq_lens)
-    k = hostile_rows(rng, total, case.head_dim, "bf16")
+    k = hostile_input(rng, total, case.head_dim, "bf16")
     cu = _cu(case.seq_lens)
     seq = np.searchsorted(cu, np.arange(total), side="right") - 1
     pos = np.arange(total) - cu[seq]
@@ -290,7 +291,7 @@ def test_round_trip_across_32_bit_offsets(kv_dtype, layout, device):
     table = np.array([FAR_PAGES[::-1]], dtype=np.int32)  # one sequence, pages in reverse order
     total = table.size * geom.page_size - 5
     rng = np.random.default_rng(8)
-    k = hostile_rows(rng, total, geom.head_dim, "bf16")
+    k = hostile_input(rng, total, geom.head_dim, "bf16")
     pos = np.arange(total)
     slots = table[0, pos // geom.page_size].astype(np.int64) * geom.page_size + pos % geom.page_size
     view = torch_cache_view(pool, geom)

@@ -1,4 +1,4 @@
-"""Host-side checks shared by every hw launcher (hw/_checks.py, hw/_cache_view.py): device rules, 32-bit offset
+"""Host-side checks shared by every hw launcher (hw/checks.py, hw/layout.py): device rules, 32-bit offset
 guards, sync-free hot paths, the validate mode (validate=True / MXIDX_VALIDATE) and DeepGEMM parameters we reject.
 
 Each launcher appears once in LAUNCHERS with a small valid call; the tests change one thing about it. The per-kernel
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hw
-import hw._checks
+import hw.checks
 
 pytestmark = pytest.mark.interp
 
@@ -87,9 +87,10 @@ LAUNCHERS = (
     Launcher("quantize_q_fp8", hw.quantize_q_fp8, _q_fp8_args, (("hw.quant", "q_quant_fp8_kernel"),)),
     Launcher("cp_gather_indexer_k_quant_cache", hw.cp_gather_indexer_k_quant_cache, _gather_args,
              (("hw.gather", "gather_mxfp4_kernel"),)),
-    Launcher("fp8_fp4_mqa_logits", hw.fp8_fp4_mqa_logits, _prefill_args, (("hw.logits", "prefill_logits_kernel"),)),
+    Launcher("fp8_fp4_mqa_logits", hw.fp8_fp4_mqa_logits, _prefill_args,
+             (("hw._logits_details.prefill_variants", "prefill_logits_kernel"),)),
     Launcher("fp8_fp4_paged_mqa_logits", hw.fp8_fp4_paged_mqa_logits, _paged_args,
-             (("hw.logits", "paged_logits_kernel"),)),
+             (("hw._logits_details.paged_variants", "paged_logits_kernel"),)),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in
               ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_mqa_logits",
@@ -128,7 +129,7 @@ def test_valid_call_runs(launcher, device):
 @pytest.mark.parametrize("launcher", LAUNCHERS, ids=str)
 def test_cpu_tensors_need_the_interpreter(launcher, monkeypatch):
     """With compiled kernels (interpreter off), CPU tensors are a clear ValueError, not a crash in the launch."""
-    monkeypatch.setattr(hw._checks, "kernels_interpreted", lambda kernel: False)
+    monkeypatch.setattr(hw.checks, "kernels_interpreted", lambda kernel: False)
     with pytest.raises(ValueError, match="on the CPU but the Triton interpreter is off"):
         launcher.fn(**launcher.args(torch.device("cpu")))
 
@@ -244,7 +245,7 @@ def test_validate_env_must_be_0_or_1(launcher, setting, monkeypatch, device):
 def test_validate_refused_during_graph_capture(launcher, monkeypatch, device):
     """Validation syncs, which capture forbids: a clear error rather than an invalidated capture. Without
     validation the same call is fine while capturing (the recorder kernel keeps this test device-free)."""
-    monkeypatch.setattr(hw._checks, "stream_capturing", lambda: True)
+    monkeypatch.setattr(hw.checks, "stream_capturing", lambda: True)
     for env, validate in (("1", False), ("0", True)):
         monkeypatch.setenv("MXIDX_VALIDATE", env)
         with pytest.raises(ValueError, match="CUDA-graph capture forbids"):

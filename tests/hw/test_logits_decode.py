@@ -14,13 +14,20 @@ import pytest
 import torch
 
 import hw
-from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff, dot_product_roundings
 import sim.layout
+from hw.logits import declared_precision, scorer_target
+from hw.targets import Op
+from hw.testing import host_to_device, torch_cache_view
 from sim import scorer
-from tests.hw._logits_fixtures import (ADVERSARIAL_HEAD_DIM, adversarial_key, case_paths, check_adversarial_key,
-                                      mx_path, poison_key, quantize_queries)
-from tools.difftest import case_rng, host_to_device, make_geometry, sim_quantize, torch_cache_view
+from sim.testing import case_rng, make_geometry, sim_quantize
+from tests.hw._logits_fixtures import (
+    ADVERSARIAL_HEAD_DIM,
+    adversarial_key,
+    case_variants,
+    check_adversarial_key,
+    poison_key,
+    quantize_queries,
+)
 
 pytestmark = pytest.mark.interp
 
@@ -122,43 +129,40 @@ def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
     return args, (q_ref, pool, geom, w_ref, np.array(case.contexts), block_table)
 
 
-@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in case_paths(c.kv_format)],
+@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.DECODE, c.kv_format)],
                          ids=lambda x: str(x) if isinstance(x, DecodeCase) else x)
-def test_paged_matches_reference(case: DecodeCase, path, device, monkeypatch):
-    check_paged_case(case, path, device, monkeypatch)
+def test_paged_matches_reference(case: DecodeCase, variant, device):
+    check_paged_case(case, variant, device)
 
 
-@pytest.mark.parametrize("case,path,tokens_per_step", [
-    (CASES[0], "unpack", 16), (CASES[4], "dot_scaled", 16), (CASES[6], None, 16), (CASES[1], "unpack", 32),
-    (DecodeCase("fp8", 64, 16, 2, 1, (70, 33, 49), 80, 5, num_sms=4), None, 64),
+@pytest.mark.parametrize("case,variant,pages_per_step", [
+    (CASES[0], "mxfp4_unpack", 1), (CASES[4], "mxfp4_dot_scaled", 1), (CASES[6], "fp8", 1),
+    (CASES[1], "mxfp4_unpack", 2), (DecodeCase("fp8", 64, 16, 2, 1, (70, 33, 49), 80, 5, num_sms=4), "fp8", 4),
 ], ids=str)
-def test_paged_pages_per_step(case: DecodeCase, path, tokens_per_step, device, monkeypatch):
+def test_paged_pages_per_step(case: DecodeCase, variant, pages_per_step, device):
     """One page per step, and steps of several pages cut short by run ends (num_sms programs split sequences)."""
-    monkeypatch.setattr(launch_config, "PAGED_TOKENS_PER_STEP", {"fp8": tokens_per_step, "mxfp4": tokens_per_step})
-    check_paged_case(case, path, device, monkeypatch)
+    check_paged_case(case, variant, device, launch_settings={"pages_per_step": pages_per_step})
 
 
-@pytest.mark.parametrize("case,path", [(CASES[0], "unpack"), (CASES[6], None)], ids=str)
-def test_paged_padded_to_64_mma_rows(case: DecodeCase, path, device, monkeypatch):
-    """PAGED_MMA_MIN_ROWS = 64 (the wgmma shape on Hopper): padded head rows never leak into the logits."""
-    monkeypatch.setattr(launch_config, "PAGED_MMA_MIN_ROWS", 64)
-    n_pad, h_pad, _ = launch_config.paged_tiles(case.heads, case.next_n, case.page_size, case.kv_format)
-    assert n_pad * h_pad >= 64
-    check_paged_case(case, path, device, monkeypatch)
+@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_unpack"), (CASES[6], "fp8")], ids=str)
+def test_paged_padded_to_64_mma_rows(case: DecodeCase, variant, device):
+    """64 MMA rows (the wgmma shape on Hopper) from padded heads: padded head rows never leak into the logits."""
+    n_pad = 1 << (case.next_n - 1).bit_length()
+    check_paged_case(case, variant, device, launch_settings={"h_pad": 64 // n_pad})
 
 
-def check_paged_case(case: DecodeCase, path, device, monkeypatch):
-    mx_path(monkeypatch, path)
+def check_paged_case(case: DecodeCase, variant, device, launch_settings=None):
+    if variant not in case_variants(Op.DECODE, case.kv_format):
+        pytest.skip(f"variant {variant} does not run on {scorer_target(device).value}")
     rng = case_rng(str(case))
     args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
-    out = hw.fp8_fp4_paged_mqa_logits(**args)
+    out = hw.fp8_fp4_paged_mqa_logits(**args, variant=variant, launch_settings=launch_settings)
+    n, u = declared_precision(Op.DECODE, case.kv_format, case.head_dim, device, variant)
     rows = len(case.contexts) * case.next_n
     assert out.shape == (rows, case.max_context_len) and out.dtype == torch.float32
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
     bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
-                                      n_roundings=dot_product_roundings(case.kv_format, case.head_dim, device,
-                                                                        "decode"),
-                                      u=accumulation_unit_roundoff(case.kv_format, device))
+                                      n_roundings=n, u=u)
     visible = None if case.clean else scorer.visible_mask(_visible(case), case.max_context_len)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), ref, bound, visible=visible)
     assert result.compared > 0
@@ -176,9 +180,8 @@ def test_schedule_with_more_programs_than_pages(device):
     args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
     out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
-    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
-                                      n_roundings=dot_product_roundings("fp8", case.head_dim, device, "decode"),
-                                      u=accumulation_unit_roundoff("fp8", device))
+    n, u = declared_precision(Op.DECODE, "fp8", case.head_dim, device)
+    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, n_roundings=n, u=u)
     scorer.assert_logits_within_bound(out, ref, bound)
 
 
@@ -280,11 +283,10 @@ def test_paged_base_args_are_accepted(device):
     assert out.shape == (4, 32)
 
 
-@pytest.mark.parametrize("path", ["unpack", "dot_scaled"])
-def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch):
-    """The decode side of test_logits_prefill's adversarial-key test: unpack within n = D/32; dot_scaled within
-    its declared n = D, and (interpreted, where the result is exactly 1.0) outside n = D/32."""
-    mx_path(monkeypatch, path)
+@pytest.mark.parametrize("variant", case_variants(Op.DECODE, "mxfp4"))
+def test_adversarial_key_within_the_declared_roundings(variant, device):
+    """The decode side of test_logits_prefill's adversarial-key test: every MXFP4 variant within its declared
+    (n, u); dot_scaled (interpreted, where the result is exactly 1.0) outside n = D/32."""
     q_codes, q_scales, k_codes, k_scales = adversarial_key()
     D, P = ADVERSARIAL_HEAD_DIM, 16
     geom = make_geometry("mxfp4", None, P, D, 2)
@@ -296,7 +298,7 @@ def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch
     out = hw.fp8_fp4_paged_mqa_logits((torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device)),
                                       torch_cache_view(host_to_device(pool, device), geom),
                                       torch.from_numpy(w).to(device), ctx_t, torch.from_numpy(table).to(device),
-                                      meta, 1, clean_logits=True).cpu().numpy()
+                                      meta, 1, clean_logits=True, variant=variant).cpu().numpy()
     args = (scorer.dequantize_q(q_codes, q_scales), pool, geom, w, ctx, table, 1)
-    check_adversarial_key(path, "decode", float(out[0, 0]), scorer.decode_logits(*args)[0, 0],
+    check_adversarial_key(variant, Op.DECODE, float(out[0, 0]), scorer.decode_logits(*args)[0, 0],
                           lambda n, u: scorer.decode_error_bound(*args, n_roundings=n, u=u)[0, 0], device)

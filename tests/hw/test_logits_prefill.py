@@ -1,7 +1,6 @@
 """hw.fp8_fp4_mqa_logits (ragged prefill) against sim.scorer's float64 reference and its fp32 error bound."""
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -10,13 +9,20 @@ import pytest
 import torch
 
 import hw
-from hw._logits_details import launch_config
-from hw.logits import accumulation_unit_roundoff, dot_product_roundings, dot_scaled_available
+from hw.logits import declared_precision, scorer_target
+from hw.targets import Op, Target
+from hw.testing import pair_as_torch
+from hw.variants import select, variants
 from sim import scorer
 from sim.formats import E8M0_NAN
-from tests.hw._logits_fixtures import (adversarial_key, case_paths, check_adversarial_key,
-                                      mx_path, poison_key, quantize_queries)
-from tools.difftest import case_rng, pair_as_torch, sim_quantize
+from sim.testing import case_rng, sim_quantize
+from tests.hw._logits_fixtures import (
+    adversarial_key,
+    case_variants,
+    check_adversarial_key,
+    poison_key,
+    quantize_queries,
+)
 
 pytestmark = pytest.mark.interp
 
@@ -56,27 +62,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case,path", [(c, p) for c in CASES for p in case_paths(c.kv_format)],
+@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.PREFILL, c.kv_format)],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
-def test_prefill_matches_reference(case: PrefillCase, path, device, monkeypatch):
-    check_prefill_case(case, path, device, monkeypatch)
+def test_prefill_matches_reference(case: PrefillCase, variant, device):
+    check_prefill_case(case, variant, device)
 
 
-@pytest.mark.parametrize("case,path", [(CASES[0], "unpack"), (CASES[1], "dot_scaled"), (CASES[7], "unpack"),
-                                       (CASES[8], None)],
+@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_unpack"), (CASES[1], "mxfp4_dot_scaled"),
+                                          (CASES[7], "mxfp4_unpack"), (CASES[8], "fp8")],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
-def test_prefill_small_tiles(case: PrefillCase, path, device, monkeypatch):
-    """Programs of 32 keys in 16-key steps and 32-row tiles: several key spans per row block, several row blocks,
-    ranges starting and ending mid-span."""
-    monkeypatch.setattr(launch_config, "PREFILL_KEYS_PER_PROGRAM", 32)
-    for backend, tiles in launch_config.PREFILL.items():
-        rows = {variant: min(n, 32) for variant, n in tiles.tile_rows.items()}
-        monkeypatch.setitem(launch_config.PREFILL, backend, dataclasses.replace(tiles, block_n=16, tile_rows=rows))
-    check_prefill_case(case, path, device, monkeypatch)
+def test_prefill_small_tiles(case: PrefillCase, variant, device):
+    """Programs of 32 keys in 16-key steps and at most 32 MMA rows: several key spans per row block, several row
+    blocks, ranges starting and ending mid-span."""
+    h_pad = 1 << (case.heads - 1).bit_length()
+    check_prefill_case(case, variant, device, launch_settings={
+        "keys_per_program": 32, "block_n": 16, "block_s": max(1, 32 // h_pad), "num_warps": 4})
 
 
-def check_prefill_case(case: PrefillCase, path, device, monkeypatch):
-    mx_path(monkeypatch, path)
+def check_prefill_case(case: PrefillCase, variant, device, launch_settings=None):
+    if variant not in case_variants(Op.PREFILL, case.kv_format):
+        pytest.skip(f"variant {variant} does not run on {scorer_target(device).value}")
     rng = case_rng(str(case))
     num_q = len(case.ranges)
     q = rng.standard_normal((num_q, case.heads, case.head_dim)).astype(np.float32)
@@ -95,13 +100,12 @@ def check_prefill_case(case: PrefillCase, path, device, monkeypatch):
     out = hw.fp8_fp4_mqa_logits(q_pair, pair_as_torch(case.kv_format, values, scales, device,
                                                        int32_scales=case.int32_scales),
                                 w_t, torch.from_numpy(ks).to(device), torch.from_numpy(ke).to(device),
-                                clean_logits=case.clean)
+                                clean_logits=case.clean, variant=variant, launch_settings=launch_settings)
     assert out.shape == (num_q, case.num_keys) and out.dtype == torch.float32
+    n, u = declared_precision(Op.PREFILL, case.kv_format, case.head_dim, device, variant)
     ref = scorer.prefill_logits(q_ref, k_ref, w_ref, ks, ke, clean_logits=True)
     bound = scorer.prefill_error_bound(q_ref, k_ref, w_ref, ks, ke,
-                                       n_roundings=dot_product_roundings(case.kv_format, case.head_dim, device,
-                                                                         "prefill"),
-                                       u=accumulation_unit_roundoff(case.kv_format, device))
+                                       n_roundings=n, u=u)
     visible = None if case.clean else scorer.visible_mask(ke, case.num_keys, starts=ks)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), ref, bound, visible=visible)
     assert result.compared > 0
@@ -183,20 +187,26 @@ def test_prefill_good_args_are_accepted(device):
     assert torch.equal(out.cpu(), torch.zeros(2, 5))
 
 
-def test_unknown_mxfp4_path_setting(device, monkeypatch):
-    """An unknown path name is a ValueError listing the choices, on any device."""
-    monkeypatch.setenv("MXIDX_MXFP4_PATH", "fast")
-    with pytest.raises(ValueError, match=re.escape("MXIDX_MXFP4_PATH must be one of")):
-        hw.fp8_fp4_mqa_logits(**_good_args(device))
+@pytest.mark.parametrize("variant, message", [
+    ("fast", "variant must be one of ['mxfp4_dot_scaled', 'mxfp4_unpack', 'mxfp4_unpack_ptx'] for prefill with "
+             "mxfp4 inputs, got 'fast'"),
+    ("fp8", "variant must be one of ['mxfp4_dot_scaled', 'mxfp4_unpack', 'mxfp4_unpack_ptx'] for prefill with "
+            "mxfp4 inputs, got 'fp8'"),
+])
+def test_unknown_variant(device, variant, message):
+    """A variant that is not one of the op's for q's format is a ValueError listing the choices, on any device."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hw.fp8_fp4_mqa_logits(**_good_args(device), variant=variant)
 
 
-def test_ptx_path_needs_an_nvidia_gpu(monkeypatch):
-    """The inline-PTX path is refused for tensors that are not on an NVIDIA GPU. Asked of the path chooser itself:
-    with the interpreter off, CPU tensors are refused earlier, by the device check."""
-    monkeypatch.setenv("MXIDX_MXFP4_PATH", "unpack_ptx")
-    for kernel in ("prefill", "decode"):
-        with pytest.raises(ValueError, match=re.escape("unpack_ptx needs an NVIDIA GPU")):
-            hw.logits._mx_path_name(torch.device("cpu"), kernel)
+def test_ptx_variant_needs_an_nvidia_gpu():
+    """The inline-PTX variant is refused on every other target. Asked of the registry itself: with the
+    interpreter off, CPU tensors are refused earlier, by the device check."""
+    for op in (Op.PREFILL, Op.DECODE):
+        for target in (Target.INTERPRETER, Target.AMD):
+            with pytest.raises(ValueError, match=re.escape(f"variant 'mxfp4_unpack_ptx' does not run on "
+                                                           f"{target.value} (it runs on ['nvidia'])")):
+                select(op, target, "mxfp4", "mxfp4_unpack_ptx")
 
 
 # ============================================================================================ validate mode
@@ -278,13 +288,12 @@ def test_without_validate_the_kernel_clamps(bad: BadRange, device, monkeypatch):
 
 
 # ============================================================================================ declared roundings
-@pytest.mark.parametrize("path", ["unpack", "dot_scaled"])
-def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch):
-    """Why dot_product_roundings declares n = D for dot_scaled: the unpack path keeps the reviewer's key within the
-    n = D/32 bound (exact block sums); dot_scaled (the interpreter; Hopper's bf16 decomposition) sums D products
-    in fp32 and needs n = D. Where the kernels are interpreted the n = D/32 violation itself is asserted (measured:
-    the result is exactly 1.0); compiled backends only have to meet the declared bound."""
-    mx_path(monkeypatch, path)
+@pytest.mark.parametrize("variant", case_variants(Op.PREFILL, "mxfp4"))
+def test_adversarial_key_within_the_declared_roundings(variant, device):
+    """Why dot_scaled declares n = D: the unpack variants keep the adversarial key within the n = D/32 bound (exact
+    block sums); dot_scaled (the interpreter; Hopper's bf16 decomposition) sums D products in fp32 and needs
+    n = D. Where the kernels are interpreted the n = D/32 violation itself is asserted (measured: the result is
+    exactly 1.0); compiled backends only have to meet the declared bound."""
     q_codes, q_scales, k_codes, k_scales = adversarial_key()
     q = (torch.from_numpy(q_codes[0]).to(device), torch.from_numpy(q_scales[0]).to(device))
     kv = (torch.from_numpy(k_codes).to(device), torch.from_numpy(k_scales).to(device))
@@ -292,44 +301,28 @@ def test_adversarial_key_within_the_declared_roundings(path, device, monkeypatch
     w = np.ones((1, 1), np.float32)
     ks, ke = np.zeros(1, np.int32), np.ones(1, np.int32)
     out = hw.fp8_fp4_mqa_logits(q, kv, torch.from_numpy(w).to(device), torch.from_numpy(ks).to(device),
-                                torch.from_numpy(ke).to(device)).cpu().numpy()
-    check_adversarial_key(path, "prefill", float(out[0, 0]), scorer.prefill_logits(q64, k64, w, ks, ke)[0, 0],
+                                torch.from_numpy(ke).to(device), variant=variant).cpu().numpy()
+    check_adversarial_key(variant, Op.PREFILL, float(out[0, 0]), scorer.prefill_logits(q64, k64, w, ks, ke)[0, 0],
                           lambda n, u: scorer.prefill_error_bound(q64, k64, w, ks, ke, n_roundings=n, u=u)[0, 0],
                           device)
 
 
-@dataclass(frozen=True)
-class RoundingsCase:
-    kv_format: str
-    head_dim: int
-    path: str | None         # MXIDX_MXFP4_PATH (None: unset, the device's default)
-    kernel: str
-    want: int
-
-    def __str__(self):
-        return f"{self.kv_format}-D{self.head_dim}-{self.path}-{self.kernel}"
-
-
-ROUNDINGS_CPU = [
-    RoundingsCase("fp8", 64, None, "prefill", 64),
-    RoundingsCase("fp8", 128, "unpack", "decode", 128),              # the MXFP4 path does not change FP8's n
-    # the CPU default: dot_scaled (n = D) where the interpreter has it, else unpack (n = D/32)
-    RoundingsCase("mxfp4", 128, None, "decode", 128 if dot_scaled_available() else 4),
-    RoundingsCase("mxfp4", 256, "dot_scaled", "prefill", 256),
-    RoundingsCase("mxfp4", 64, "unpack", "prefill", 2),
-    RoundingsCase("mxfp4", 32, "unpack", "decode", 1),
-]
+@pytest.mark.parametrize("op", [Op.PREFILL, Op.DECODE])
+def test_declared_precision_on_the_cpu(op):
+    """FP8: n = D with fp32 accumulation; MXFP4: n = D/32 on the exact block-sum variants, n = D on dot_scaled;
+    the default is dot_scaled where the interpreter runs it, else unpack."""
+    assert declared_precision(op, "fp8", 64, "cpu") == (64, 2.0 ** -24)
+    assert declared_precision(op, "mxfp4", 64, "cpu", "mxfp4_unpack") == (2, 2.0 ** -24)
+    assert declared_precision(op, "mxfp4", 32, "cpu", "mxfp4_unpack") == (1, 2.0 ** -24)
+    interpreted_dot_scaled = any(v.name == "mxfp4_dot_scaled" and v.runs_on(Target.INTERPRETER) for v in variants(op))
+    assert declared_precision(op, "mxfp4", 128, "cpu") == ((128, 2.0 ** -24) if interpreted_dot_scaled
+                                                           else (4, 2.0 ** -24))
 
 
-@pytest.mark.parametrize("case", ROUNDINGS_CPU, ids=str)
-def test_dot_product_roundings_on_the_cpu(case: RoundingsCase, monkeypatch):
-    mx_path(monkeypatch, case.path)
-    assert dot_product_roundings(case.kv_format, case.head_dim, "cpu", case.kernel) == case.want
-
-
-@pytest.mark.parametrize("args,message", [(("mxfp4", 64, "cpu", "topk"), "kernel must be one of"),
-                                          (("bf16", 64, "cpu", "decode"), "kv_format must be one of"),
-                                          (("mxfp4", 16, "cpu", "decode"), "head_dim must be")])
-def test_dot_product_roundings_rejects_bad_arguments(args, message):
+@pytest.mark.parametrize("args,message", [((Op.TOPK, "mxfp4", 64, "cpu"), "op must be one of"),
+                                          ((Op.DECODE, "bf16", 64, "cpu"), "kv_format must be one of"),
+                                          ((Op.DECODE, "mxfp4", 48, "cpu"), "head_dim must be a multiple of 32"),
+                                          ((Op.DECODE, "mxfp4", 64, "cpu", "fp8"), "variant must be one of")])
+def test_declared_precision_rejects_bad_arguments(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        dot_product_roundings(*args)
+        declared_precision(*args)

@@ -13,15 +13,16 @@ import pytest
 import torch
 
 import hw
-from hw._checks import VALIDATE_ENV
 import sim.fp8
 import sim.layout
 import sim.mxfp4
+from hw.checks import VALIDATE_ENV
+from hw.testing import host_to_device, sim_input, torch_cache_view
 from sim.layout import PageGeometry
+from sim.testing import make_geometry, sim_quantize
+from tests.hw._inputs import hostile_input
 from tests.hw._kv_pool import random_pool
 from tests.sim._assert import assert_exact
-from tools.difftest import (host_to_device, hostile_rows, make_geometry, sim_input, sim_quantize,
-                            torch_cache_view)
 
 pytestmark = pytest.mark.interp
 
@@ -49,7 +50,7 @@ Q_CASES = [
 def test_quantize_q_mxfp4_matches_sim(case, device):
     rng = np.random.default_rng(case.head_dim + len(case.lead))
     rows = int(np.prod(case.lead))
-    q = hostile_rows(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
+    q = hostile_input(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
     codes, scales = hw.quantize_q_mxfp4(q.to(device), scale_rule=case.scale_rule)
     want_codes, want_scales = sim.mxfp4.quantize(sim_input(q), scale_rule=case.scale_rule)
     assert codes.dtype == torch.uint8 and scales.dtype == torch.uint8
@@ -61,11 +62,11 @@ def test_quantize_q_mxfp4_matches_sim(case, device):
 def test_quantize_q_fp8_matches_sim(case, device):
     rng = np.random.default_rng(7 + case.head_dim)
     rows = int(np.prod(case.lead))
-    q = hostile_rows(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
+    q = hostile_input(rng, rows, case.head_dim, case.dtype).reshape(*case.lead, case.head_dim)
     weights = torch.from_numpy(rng.standard_normal(case.lead).astype(np.float32))
     values, folded = hw.quantize_q_fp8(q.to(device), weights.to(device))
     want_values, want_scales = sim.fp8.quantize(sim_input(q))
-    assert values.dtype == hw._checks.FP8_DTYPE and folded.dtype == torch.float32
+    assert values.dtype == hw.checks.FP8_DTYPE and folded.dtype == torch.float32
     assert_exact(values.view(torch.uint8).cpu().numpy(), want_values, "values")
     assert_exact(folded.cpu().numpy(), weights.numpy() * want_scales, "folded weights")
 
@@ -145,7 +146,7 @@ def test_quantizers_on_random_fp32_bit_patterns(device):
 def test_quantize_q_mxfp4_strided_rows(device):
     """A [T, H, D] slice of a wider buffer (row stride > D) whose rows still merge into one stride."""
     rng = np.random.default_rng(3)
-    base = hostile_rows(rng, 12, 96, "fp32").reshape(4, 3, 96)
+    base = hostile_input(rng, 12, 96, "fp32").reshape(4, 3, 96)
     q = base.to(device)[..., :64]
     codes, scales = hw.quantize_q_mxfp4(q)
     want_codes, want_scales = sim.mxfp4.quantize(base[..., :64].contiguous().numpy())
@@ -224,7 +225,7 @@ def _cache_id(c: CacheCase) -> str:
 def test_k_quant_and_cache_matches_sim(case, device):
     rng = np.random.default_rng(case.head_dim * case.page_size)
     slots = _slots(rng, case.geom, case.num_tokens)
-    k = hostile_rows(rng, case.num_tokens, case.head_dim, case.dtype)
+    k = hostile_input(rng, case.num_tokens, case.head_dim, case.dtype)
     _write_and_compare(case, device, slots, k, slots)
 
 
@@ -233,7 +234,7 @@ def test_k_quant_and_cache_strided_k_and_slots(device):
     case = CACHE_CASES[4]
     rng = np.random.default_rng(5)
     slots = _slots(rng, case.geom, case.num_tokens)
-    wide = hostile_rows(rng, case.num_tokens, 128, "fp32")
+    wide = hostile_input(rng, case.num_tokens, 128, "fp32")
     k = wide[:, 32:32 + case.head_dim]
     geom = case.geom
     want = random_pool(geom, rng)
@@ -260,7 +261,7 @@ def test_k_quant_and_cache_skips_slots_past_the_view(case, device, monkeypatch):
     hw_slots[past] = geom.num_pages * geom.page_size + rng.integers(0, 2**40, size=4)
     sim_slots = hw_slots.copy()
     sim_slots[past] = -1
-    _write_and_compare(case, device, sim_slots, hostile_rows(rng, case.num_tokens, case.head_dim, "fp32"),
+    _write_and_compare(case, device, sim_slots, hostile_input(rng, case.num_tokens, case.head_dim, "fp32"),
                        hw_slots)
 
 
@@ -383,7 +384,7 @@ def test_writer_validate_accepts_good_slots(case, via_env, device, monkeypatch):
     if last not in slots:                          # keep the slots distinct
         slots[np.flatnonzero(slots >= 0)[0]] = last
     assert (slots < 0).any() and last in slots
-    _write_and_compare(case, device, slots, hostile_rows(rng, case.num_tokens, case.head_dim, "fp32"), slots,
+    _write_and_compare(case, device, slots, hostile_input(rng, case.num_tokens, case.head_dim, "fp32"), slots,
                        validate=_request_validation(monkeypatch, via_env))
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hw
-from tools.difftest import case_rng
+from sim.testing import case_rng
 
 
 def expected_items(context_lens: np.ndarray, block_kv: int) -> list[tuple[int, int]]:

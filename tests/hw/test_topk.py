@@ -11,7 +11,9 @@ ranking over several slices.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -20,8 +22,9 @@ import torch
 import triton
 
 import hw
-from hw import topk as hw_topk
 from hw._topk_details import BLOCK, MAX_K, RANK_ELEMS, TILE_ELEMS, RowsTiling, k_pad, rows_tiling
+from hw.targets import Op, Target
+from hw.variants import select, variants
 from sim.topk import top_k as sim_top_k
 from tests.sim._assert import assert_exact
 
@@ -109,29 +112,24 @@ def _small_tiling(case: Case) -> RowsTiling:
 
 
 def _launch(path: str, case: Case, logits, lengths, starts) -> torch.Tensor:
-    """Run one kernel path on checked inputs."""
-    if path == "launcher":
-        return hw.top_k_per_row(logits, lengths, case.k, starts=starts)
-    out = torch.empty((logits.shape[0], case.k), dtype=torch.int32, device=logits.device)
-    if path == "row_kernel":
-        hw_topk._launch_per_row(logits, lengths, starts, out)
-    else:
-        tiling = _small_tiling(case)
-        assert tiling.rank_chunk < k_pad(case.k)
-        hw_topk._launch_rows(logits, lengths, starts, out, tiling)
-    return out
+    """Run one variant (None: the default) on checked inputs; "rows_tile_small" is rows_tile with a small tiling."""
+    if path == "rows_tile_small":
+        tiling = dataclasses.asdict(_small_tiling(case))
+        assert tiling["rank_chunk"] < k_pad(case.k)
+        return hw.top_k_per_row(logits, lengths, case.k, starts=starts, variant="rows_tile", launch_settings=tiling)
+    return hw.top_k_per_row(logits, lengths, case.k, starts=starts, variant=path)
 
 
-# launcher: the kernel the backend runs (the tile kernel with the launcher's tiling under the interpreter, the row
-# kernel on GPUs); row_kernel: the GPU kernel, also in the interpreter; tile_kernel_small: the small tiling
-PATHS = ("launcher", "row_kernel", "tile_kernel_small")
+# None: the target's default (rows_tile with its tiling under the interpreter, per_row on GPUs); every variant
+# by name (each runs on every target); rows_tile_small: rows_tile with several rank chunks per row
+PATHS = (None, *(v.name for v in variants(Op.TOPK)), "rows_tile_small")
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_matches_sim(case: Case, path: str, device):
-    if path != "launcher" and device.type != "cpu":
-        pytest.skip("on a GPU the launcher runs the row kernel; the tile kernel is launched only by the interpreter")
+    if path is not None and device.type != "cpu" and select(Op.TOPK, Target.NVIDIA).name != path:
+        pytest.skip("on a GPU only the default variant is timed in the suite; the others run under the interpreter")
     rng = np.random.default_rng(sum(map(ord, case.name)))
     x = _logits(case, rng)
     starts, ends = _clamped_ranges(case)
@@ -148,19 +146,15 @@ def test_matches_sim(case: Case, path: str, device):
                  context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
 
 
-def test_launcher_picks_the_backend_kernel(device, monkeypatch):
-    """Interpreter: the tile kernel, with rows_tiling (hundreds of rows per program for short rows); compiled GPUs:
-    the row kernel."""
-    calls = []
-    for name in ("_launch_per_row", "_launch_rows"):
-        real = getattr(hw_topk, name)
-        monkeypatch.setattr(hw_topk, name, lambda *a, real=real, name=name: calls.append((name, a[4:])) or real(*a))
-    lengths = torch.full((300,), 200, dtype=torch.int32, device=device)
-    hw.top_k_per_row(torch.zeros((300, 256), device=device), lengths, 20)
-    if device.type == "cpu":   # rows min(512, 2^17 / 256, 2^20 / 32^2); rank chunk min(32, 2^20 / (512 * 32))
-        assert calls == [("_launch_rows", (RowsTiling(rows=512, block=256, rank_chunk=32),))]
-    else:
-        assert calls == [("_launch_per_row", ())]
+def test_default_variant_per_target():
+    """Interpreter: rows_tile, with rows_tiling (hundreds of rows per program for short rows); compiled GPUs:
+    per_row."""
+    assert select(Op.TOPK, Target.INTERPRETER).name == "rows_tile"
+    assert select(Op.TOPK, Target.NVIDIA).name == select(Op.TOPK, Target.AMD).name == "per_row"
+    call = SimpleNamespace(logits=torch.zeros((300, 256)), k=20)
+    # rows min(512, 2^17 / 256, 2^20 / 32^2); rank chunk min(32, 2^20 / (512 * 32))
+    assert select(Op.TOPK, Target.INTERPRETER).settings(Target.INTERPRETER, call) == \
+        RowsTiling(rows=512, block=256, rank_chunk=32)
 
 
 def test_rows_tiling_respects_the_budgets():
@@ -168,7 +162,7 @@ def test_rows_tiling_respects_the_budgets():
     for rows, width, k in [(1, 1, 1), (3, 17, 5), (1000, 1024, 64), (4096, 8192, 2048), (7, 2 ** 20, 2048),
                            (100_000, 100, 16)]:
         t = rows_tiling(rows, width, k)
-        assert all(v & (v - 1) == 0 for v in t), (rows, width, k, t)
+        assert all(v & (v - 1) == 0 for v in dataclasses.astuple(t)), (rows, width, k, t)
         assert t.rows * t.block <= TILE_ELEMS and t.rows * k_pad(k) * t.rank_chunk <= RANK_ELEMS, (rows, width, k, t)
         assert t.rows <= max(1, triton.next_power_of_2(rows)) and 1 <= t.rank_chunk <= k_pad(k), (rows, width, k, t)
     # rows min(1024, 2^17 / 1024, 2^20 / 64^2) = 128; rank chunk min(64, 2^20 / (128 * 64)) = 64

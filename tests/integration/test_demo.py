@@ -7,10 +7,12 @@ import pytest
 
 from integration.config import IndexerConfig
 from integration.demo import DemoSettings, VariantResult, default_top_k, format_report, run_demo
+from integration.model import ModelConfig
 
 pytestmark = pytest.mark.interp
 
-TINY = DemoSettings(layers=2, prompt_len=20, decode_steps=2, num_heads=2, head_dim=64, page_size=16, top_k=8)
+TINY = DemoSettings(ModelConfig(num_layers=2, num_heads=2, head_dim=64), prompt_len=20, decode_steps=2, page_size=16,
+                    top_k=8)
 
 
 def test_demo_end_to_end(device):
@@ -37,8 +39,8 @@ def test_demo_end_to_end(device):
 
 
 def test_demo_reports_the_fallback(device):
-    settings = DemoSettings(layers=1, prompt_len=12, decode_steps=1, num_heads=2, head_dim=64, page_size=16,
-                            top_k=4)
+    settings = DemoSettings(ModelConfig(num_layers=1, num_heads=2, head_dim=64), prompt_len=12, decode_steps=1,
+                            page_size=16, top_k=4)
     result = run_demo(IndexerConfig("mxfp4", "mxfp4_tiled"), settings, device.type)
     assert result.decision.failed_gate == "geometry" and result.decision.kv_dtype == "fp8"
     assert result.pool.kv_dtype == "fp8" and result.pool.page_stride == 16 * 656 + 16 * 68
@@ -50,9 +52,10 @@ def test_demo_reports_the_fallback(device):
 def test_defaults_and_settings():
     cpu, gpu = DemoSettings.for_device("cpu"), DemoSettings.for_device("cuda")
     assert cpu.resolved_top_k < cpu.prompt_len and gpu.resolved_top_k == 2048 and gpu.prompt_len >= 8192
-    assert DemoSettings.for_device("cpu", layers=3, prompt_len=None).layers == 3
+    assert DemoSettings.for_device("cpu", num_layers=3, prompt_len=None).model.num_layers == 3
+    assert DemoSettings.for_device("cuda", num_heads=4).model == ModelConfig(num_layers=4, num_heads=4)
     assert (default_top_k(1024), default_top_k(8192), default_top_k(5)) == (64, 2048, 1)
-    for bad in (dict(layers=0), dict(decode_steps=-1)):
+    for bad in (dict(prompt_len=0), dict(decode_steps=-1)):
         with pytest.raises(ValueError, match="must be >= "):
             DemoSettings(**bad)
     for top_k in (0, 2049):            # hw.top_k_per_row's range

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from hw.checks import parse_version
 from integration.config import IndexerConfig
-from hw._checks import parse_version
-from integration.gates import GATES, IndexerGeometry, Platform, check_triton, decide
+from integration.gates import GATES, Platform, check_triton, decide
+from integration.geometry import IndexerGeometry
 
 MXFP4 = IndexerConfig("mxfp4")
 TILED = IndexerConfig("mxfp4", "mxfp4_tiled")
@@ -127,7 +128,7 @@ def test_platform_detect_on_the_cpu(monkeypatch):
     change what the kernels can run on."""
     import triton
 
-    from hw._checks import kernels_interpreted as kernel_interpreted
+    from hw.checks import kernels_interpreted as kernel_interpreted
     from hw.logits import kernels_interpreted
     from hw.quant import q_quant_mxfp4_kernel
 

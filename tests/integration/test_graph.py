@@ -58,7 +58,7 @@ def test_replay_with_longer_contexts_equals_eager(config, device):
 
     def step():
         schedule.update()
-        return [hook(q[l], k[l], w[l], meta) for l, hook in enumerate(hooks)]
+        return [hook(q[layer], k[layer], w[layer], meta) for layer, hook in enumerate(hooks)]
 
     set_step(CAPTURE_CONTEXTS)
     stream = torch.cuda.Stream()
@@ -79,8 +79,8 @@ def test_replay_with_longer_contexts_equals_eager(config, device):
     graph.replay()
     replayed = [out.clone() for out in captured]
     eager = step()
-    for l in range(LAYERS):
-        assert torch.equal(replayed[l], eager[l]), f"layer {l}: replay differs from eager at rows " \
-            f"{torch.nonzero((replayed[l] != eager[l]).any(1)).flatten().tolist()}"
-        assert bool((replayed[l] >= 0).all()), f"layer {l}: every replay row sees more than top_k keys"
-        assert int(replayed[l].max()) >= max(CAPTURE_CONTEXTS)          # columns past every capture-time context
+    for layer in range(LAYERS):
+        assert torch.equal(replayed[layer], eager[layer]), f"layer {layer}: replay differs from eager at rows " \
+            f"{torch.nonzero((replayed[layer] != eager[layer]).any(1)).flatten().tolist()}"
+        assert bool((replayed[layer] >= 0).all()), f"layer {layer}: every replay row sees more than top_k keys"
+        assert int(replayed[layer].max()) >= max(CAPTURE_CONTEXTS)          # columns past every capture-time context

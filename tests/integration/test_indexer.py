@@ -243,7 +243,8 @@ def test_validate_mode_rejects_slots_past_the_cache(how, device, monkeypatch):
     bt = torch.tensor([[0, 1]], dtype=torch.int32, device=device)
     capacity = NUM_PAGES * case.page_size
     slots = torch.tensor([0, capacity, -1], device=device)
-    with pytest.raises(ValueError, match=rf"slot_mapping\[1\] = {capacity} is past the cache's num_pages \* P = {capacity} slots"):
+    past = rf"slot_mapping\[1\] = {capacity} is past the cache's num_pages \* P = {capacity} slots"
+    with pytest.raises(ValueError, match=past):
         hook(q, k, w, PrefillMetadata(slots, bt, (3,), (3,)))
     assert bool((pool.pool == 0xFF).all())
     schedule = DecodeSchedule(1, 2, case.page_size, 32, device)

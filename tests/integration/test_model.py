@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from integration.model import (IndexerModel, ModelConfig, apply_rope, hadamard_matrix, recall_at_k,
-                               reference_logits)
+from integration.model import IndexerModel, ModelConfig, apply_rope, hadamard_matrix, recall_at_k, reference_logits
 
 SMALL = ModelConfig(num_layers=2, hidden=64, q_lora_rank=32, num_heads=3, head_dim=32, rope_dim=16, vocab=50)
 
@@ -135,6 +134,8 @@ def test_recall_at_k():
 
 
 @pytest.mark.parametrize("kwargs, message", [
+    (dict(num_layers=0), "num_layers must be >= 1, got 0"),
+    (dict(num_heads=0), "num_heads must be >= 1, got 0"),
     (dict(head_dim=96), "head_dim must be a power of two"),
     (dict(rope_dim=15), "rope_dim must be even"),
     (dict(rope_dim=256), "rope_dim must be even and in 0..head_dim"),

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import hw
-from hw._cache_view import check_cache_view
-from integration.pool import IndexerPool, PoolLayout, cache_bytes_per_token
+from hw.layout import bytes_per_token, check_cache_view
+from integration.pool import IndexerPool, PoolLayout
 from sim import layout as sim_layout
 
 from ._reference import sim_geometry, sim_k
@@ -46,10 +46,10 @@ def test_byte_map_and_views(case: PoolCase, device):
     assert layout.pool_bytes == NUM_PAGES * case.want_stride
     pool = IndexerPool(layout, device)
     assert pool.pool.numel() == layout.pool_bytes and bool((pool.pool == 0xFF).all())
-    bpt = cache_bytes_per_token(case.kv_dtype, case.head_dim)
-    for l, view in enumerate(pool.views):
-        offset = case.extra + l * case.page_size * bpt
-        assert layout.view_offset(l) == offset
+    bpt = bytes_per_token(case.kv_dtype, case.head_dim)
+    for layer, view in enumerate(pool.views):
+        offset = case.extra + layer * case.page_size * bpt
+        assert layout.view_offset(layer) == offset
         assert view.shape == (NUM_PAGES, case.page_size, 1, bpt)
         assert view.stride() == (case.want_stride, bpt, bpt, 1)
         assert view.untyped_storage().data_ptr() == pool.pool.untyped_storage().data_ptr()   # zero-copy
@@ -67,26 +67,26 @@ def test_views_alias_exactly_their_layers_bytes(case: PoolCase, device):
                         extra_bytes_per_page=case.extra, page_stride=case.page_stride)
     pool = IndexerPool(layout, device)
     expected = np.full(layout.pool_bytes, 0xFF, dtype=np.uint8)
-    for l in reversed(range(case.num_layers)):
+    for layer in reversed(range(case.num_layers)):
         slots = rng.permutation(NUM_PAGES * case.page_size)[:case.page_size + 5]     # scattered over the pages
         k = torch.from_numpy(rng.standard_normal((slots.size, case.head_dim), dtype=np.float32)).to(torch.bfloat16)
-        hw.indexer_k_quant_and_cache(k.to(device), pool.view(l), torch.from_numpy(slots).to(device),
+        hw.indexer_k_quant_and_cache(k.to(device), pool.view(layer), torch.from_numpy(slots).to(device),
                                      kv_dtype=case.kv_dtype, layout=layout.layout)
-        sim_layout.write_tokens(expected, sim_geometry(layout, l), slots, *sim_k(k, case.kv_dtype))
+        sim_layout.write_tokens(expected, sim_geometry(layout, layer), slots, *sim_k(k, case.kv_dtype))
         got = pool.pool.cpu().numpy()
         bad = np.flatnonzero(got != expected)
-        assert bad.size == 0, (f"after writing layer {l}: pool byte {bad[0]} is 0x{got[bad[0]]:02x}, expected "
+        assert bad.size == 0, (f"after writing layer {layer}: pool byte {bad[0]} is 0x{got[bad[0]]:02x}, expected "
                                f"0x{expected[bad[0]]:02x}")
 
 
 @pytest.mark.parametrize("head_dim", range(32, 257, 32))
 def test_bytes_per_token(head_dim):
-    assert cache_bytes_per_token("fp8", head_dim) == head_dim + 4
-    assert cache_bytes_per_token("mxfp4", head_dim) == head_dim // 2 + head_dim // 32
+    assert bytes_per_token("fp8", head_dim) == head_dim + 4
+    assert bytes_per_token("mxfp4", head_dim) == head_dim // 2 + head_dim // 32
     for kv_dtype in ("fp8", "mxfp4"):
         geom = sim_layout.PageGeometry(kv_dtype, 16, head_dim, 1)
-        assert cache_bytes_per_token(kv_dtype, head_dim) == geom.bytes_per_token
-    assert (cache_bytes_per_token("fp8", 128), cache_bytes_per_token("mxfp4", 128)) == (132, 68)
+        assert bytes_per_token(kv_dtype, head_dim) == geom.bytes_per_token
+    assert (bytes_per_token("fp8", 128), bytes_per_token("mxfp4", 128)) == (132, 68)
 
 
 @pytest.mark.parametrize("kwargs, message", [

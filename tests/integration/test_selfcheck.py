@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import hw
+from hw.targets import Op
 from integration import selfcheck
 from integration.config import IndexerConfig
-from integration.gates import IndexerGeometry, decide
-from tests.hw._logits_fixtures import mx_path
+from integration.gates import decide
+from integration.geometry import IndexerGeometry
 
 pytestmark = pytest.mark.interp
 
@@ -100,21 +101,16 @@ def test_a_device_that_is_not_there_fails_the_check(fresh_cache):
     assert reason is not None and "while running the MXFP4 kernels" in reason
 
 
-@pytest.mark.parametrize("path, n", [("unpack", GEOMETRY.head_dim // 32), ("dot_scaled", GEOMETRY.head_dim)])
-def test_the_bound_uses_hw_declared_roundings(path, n, device, fresh_cache, monkeypatch):
-    """n of the fp32 bound is hw.logits.dot_product_roundings for the path the launch takes (MXIDX_MXFP4_PATH
-    included), per kernel and on the check's device: D/32 on unpack, D on dot_scaled."""
-    mx_path(monkeypatch, path)
+def test_the_bound_uses_hw_declared_precision(device, fresh_cache, monkeypatch):
+    """n and u of the fp32 bound are hw.logits.declared_precision for each scorer op on the check's device (the
+    default variant, the one the check launches)."""
     asked = []
-    real = hw.logits.dot_product_roundings
+    real = hw.logits.declared_precision
 
-    def recording(kv_format, head_dim, dev, kernel):
-        asked.append((kv_format, head_dim, torch.device(dev), kernel, real(kv_format, head_dim, dev, kernel)))
-        return asked[-1][-1]
+    def recording(op, kv_format, head_dim, dev, variant=None):
+        asked.append((op, kv_format, head_dim, torch.device(dev), variant))
+        return real(op, kv_format, head_dim, dev, variant)
 
-    monkeypatch.setattr(hw.logits, "dot_product_roundings", recording)
+    monkeypatch.setattr(hw.logits, "declared_precision", recording)
     assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device) is None
-    want_device = torch.device(device)
-    if want_device.type == "cuda" and want_device.index is None:
-        want_device = torch.device("cuda", torch.cuda.current_device())
-    assert asked == [("mxfp4", GEOMETRY.head_dim, want_device, kernel, n) for kernel in ("decode", "prefill")]
+    assert asked == [(op, "mxfp4", GEOMETRY.head_dim, torch.device(device), None) for op in (Op.DECODE, Op.PREFILL)]

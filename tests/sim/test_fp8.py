@@ -121,8 +121,8 @@ def _amax_grid() -> np.ndarray:
     vals |= {math.ldexp(1.0, e) for e in range(-149, -126)}
     f32_1e4 = np.float32(1e-4)
     vals |= {0.0, float(f32_1e4), float(np.nextafter(f32_1e4, np.float32(0))),
-             float(np.nextafter(f32_1e4, np.float32(1))), 448 * 2.0 ** -22, float(np.nextafter(np.float32(448 * 2.0 ** -22), np.float32(1))),
-             float(np.float32(1e-5))}
+             float(np.nextafter(f32_1e4, np.float32(1))), 448 * 2.0 ** -22,
+             float(np.nextafter(np.float32(448 * 2.0 ** -22), np.float32(1))), float(np.float32(1e-5))}
     out = np.array(sorted(vals), dtype=np.float32)
     assert np.all(out.astype(np.float64) == np.array(sorted(vals)))
     return out

@@ -56,7 +56,7 @@ def test_layout_names():
 
 
 SIM_MODULES = ("sim.formats", "sim.mxfp4", "sim.fp8", "sim.layout", "sim.addressing", "sim.scorer", "sim.topk",
-               "sim.verify", "sim.fast_codecs", "sim.fast_layout", "sim.fast_scorer")
+               "sim.verify", "sim.fast_codecs", "sim.fast_layout", "sim.fast_scorer", "sim.testing")
 
 
 def test_sim_does_not_import_torch():

@@ -9,7 +9,6 @@ from sim import fp8, layout, mxfp4
 from sim.verify import Hazard, verify_cache
 from tests.sim.test_layout import Case
 
-
 CASES = [Case("fp8", "fp8", 16, 64), Case("mxfp4", "mxfp4", 16, 32), Case("mxfp4", "mxfp4", 32, 128),
          Case("mxfp4", "mxfp4_tiled", 16, 256)]
 MX_CASES = [c for c in CASES if c.kv_dtype == "mxfp4"]

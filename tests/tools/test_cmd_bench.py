@@ -1,8 +1,6 @@
 """`mxidx bench`: the GPU-only command refuses a CPU machine clearly; its input builder runs on any device."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from click.testing import CliRunner
@@ -52,29 +50,13 @@ def test_prefill_inputs_run_and_count_flops(kv_dtype, causal, device):
     assert flops == 2 * heads * head_dim * sum(visible)
 
 
-def test_mxfp4_path_override_is_restored(monkeypatch):
-    from hw.logits import MX_PATH_ENV
-    from tools.cmd_bench import _mxfp4_path
+def test_inputs_pass_the_variant_and_settings(device):
+    """The bench's calls run the variant they are given, with the settings overrides (a bad field is refused)."""
+    call, _ = decode_inputs("mxfp4", device.type, batch=1, next_n=1, heads=2, head_dim=64, context=20, page_size=16,
+                            layout=None, num_programs=2, variant="mxfp4_unpack", launch_settings={"pages_per_step": 1})
+    assert call().shape == (1, 20)
+    call, _ = prefill_inputs("fp8", device.type, queries=3, keys=3, heads=2, head_dim=32, causal=True,
+                             variant="fp8", launch_settings={"no_such_field": 1})
+    with pytest.raises(TypeError, match="no_such_field"):
+        call()
 
-    monkeypatch.setenv(MX_PATH_ENV, "unpack")
-    with _mxfp4_path("dot_scaled"):
-        assert os.environ[MX_PATH_ENV] == "dot_scaled"
-    assert os.environ[MX_PATH_ENV] == "unpack"
-    monkeypatch.delenv(MX_PATH_ENV)
-    with _mxfp4_path(None):
-        assert MX_PATH_ENV not in os.environ
-    with _mxfp4_path("unpack"):
-        pass
-    assert MX_PATH_ENV not in os.environ
-
-
-def test_wgmma_rows_variant_is_restored():
-    from hw._logits_details import launch_config as cfg
-    from tools.cmd_bench import _wgmma_rows
-
-    before = cfg.PAGED_MMA_MIN_ROWS, dict(cfg.PAGED_TOKENS_PER_STEP)
-    with _wgmma_rows(True):
-        assert cfg.paged_tiles(32, 1, 64, "mxfp4") == (1, 64, 1)
-    assert (cfg.PAGED_MMA_MIN_ROWS, cfg.PAGED_TOKENS_PER_STEP) == before
-    with _wgmma_rows(False):
-        assert cfg.paged_tiles(32, 1, 64, "mxfp4")[1] == 32

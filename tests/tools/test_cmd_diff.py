@@ -1,7 +1,7 @@
 """`mxidx diff`: a small --quick subset passes through the CLI, and planted kernel bugs are reported as failures.
 
 conftest.py sets TRITON_INTERPRET=1 before hw/ is imported, so CliRunner can run the command in-process; the planted
-bugs wrap the real hw entry points (looked up at call time by tools.difftest.Env.call).
+bugs wrap the real hw entry points (cases look them up at call time through tools.difftest.Env.hw).
 """
 import json
 
@@ -12,7 +12,6 @@ from click.testing import CliRunner
 import hw
 from tools import difftest
 from tools.cmd_diff import diff
-from tests.hw._logits_fixtures import mx_path
 
 QUICK_SUBSET = ("writer-mxfp4-D32-P16-fp32", "qq-fp8-H3-D64-bf16", "gather-tiled-D128-P16", "topk-R6-W300-k64")
 
@@ -104,8 +103,8 @@ def test_planted_relu_swallowing_nan_fails(device, monkeypatch):
 def test_planted_topk_swap_fails(device, monkeypatch):
     real = hw.top_k_per_row
 
-    def swapped(logits, lengths, k):
-        out = real(logits, lengths, k).clone()
+    def swapped(logits, lengths, k, **options):
+        out = real(logits, lengths, k, **options).clone()
         out[0, [0, 1]] = out[0, [1, 0]]
         return out
 
@@ -113,6 +112,7 @@ def test_planted_topk_swap_fails(device, monkeypatch):
     code, results = run_json(device, "topk-R6-W300-k64")
     r = results["topk-R6-W300-k64"]
     assert code == 1 and r["status"] == difftest.FAIL and "row 0" in r["detail"]
+    assert r["detail"].startswith("top-k variant ")      # the failing variant is named
 
 
 @pytest.mark.parametrize("error", [NotImplementedError, RuntimeError, ValueError])
@@ -126,39 +126,24 @@ def test_a_raising_kernel_fails_its_case_with_the_exception(device, monkeypatch,
     assert code == 1 and r["status"] == difftest.FAIL and r["detail"] == f"{error.__name__}: planted"
 
 
-@pytest.mark.parametrize("path, kernel, name", [
-    ("unpack", "prefill", "prefill-mxfp4-H3-D64"), ("dot_scaled", "prefill", "prefill-mxfp4-H3-D64"),
-    ("unpack", "decode", "decode-mxfp4-D64-P16-H3"), ("dot_scaled", "decode", "decode-mxfp4-D64-P16-H3")])
-def test_scorer_bounds_use_hw_declared_roundings(device, monkeypatch, path, kernel, name):
-    """n of each scorer case's bound is hw.logits.dot_product_roundings for the path that runs (D/32 on unpack,
-    D on dot_scaled), not one n for every path."""
-    mx_path(monkeypatch, path)
+@pytest.mark.parametrize("op, name", [("prefill", "prefill-mxfp4-H3-D64"), ("decode", "decode-mxfp4-D64-P16-H3")])
+def test_scorer_cases_check_every_variant_with_its_declared_precision(device, monkeypatch, op, name):
+    """Each scorer case runs every variant of its op that runs here, each against the bound of the (n, u) hw
+    declares for that variant (D/32 on the unpack variants, D on dot_scaled), not one n for all."""
     asked = []
-    real = hw.logits.dot_product_roundings
+    real = hw.logits.declared_precision
 
-    def recording(kv_format, head_dim, dev, which):
-        asked.append((kv_format, head_dim, which, real(kv_format, head_dim, dev, which)))
+    def recording(which, kv_format, head_dim, dev, variant=None):
+        asked.append((which.value, kv_format, head_dim, variant, real(which, kv_format, head_dim, dev, variant)))
         return asked[-1][-1]
 
-    monkeypatch.setattr(hw.logits, "dot_product_roundings", recording)
+    monkeypatch.setattr(hw.logits, "declared_precision", recording)
     code, results = run_json(device, name)
     assert code == 0 and results[name]["status"] == difftest.PASS, results[name]
-    assert asked == [("mxfp4", 64, kernel, 2 if path == "unpack" else 64)]
-
-
-def test_hostile_values_reach_the_edges():
-    """The corner fixtures must keep exercising DESIGN §1's edges, or the corner cases silently turn benign."""
-    import sim.fp8
-    import sim.mxfp4
-
-    x = difftest.hostile_values(np.random.default_rng(7), 24, 64)
-    scales = {rule: sim.mxfp4.quantize(x, scale_rule=rule)[1] for rule in ("floor", "rceil", "even", "ceil")}
-    rceil = scales["rceil"]
-    assert (rceil == 255).any()                            # non-finite blocks
-    assert (rceil == 1).any()                              # subnormal amax clamped to min_scale_byte
-    assert (rceil[rceil < 255] >= 253).any()               # amax near the fp32 maximum
-    for rule in ("floor", "even", "ceil"):
-        assert (scales[rule] != rceil).any(), rule         # blocks on each rule's boundary
-    values, row_scales = sim.fp8.quantize(x)
-    assert np.isnan(row_scales).any() and row_scales[3] == 1.0
-    assert np.isfinite(row_scales[1]) and (values[1] == 0).all()   # zero row: finite scale, zero values
+    target = hw.logits.scorer_target(device)
+    names = [v.name for v in hw.variants.variants(hw.targets.Op(op), "mxfp4", target)]
+    assert [a[3] for a in asked] == names and len(names) >= 2
+    assert all(a[:3] == (op, "mxfp4", 64) for a in asked)
+    assert results[name]["detail"].endswith("variants " + ", ".join(names))
+    for *_, variant, (n, u) in asked:
+        assert n == (2 if "unpack" in variant else 64)

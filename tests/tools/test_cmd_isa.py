@@ -5,7 +5,7 @@ import json
 
 from click.testing import CliRunner
 
-from hw import isa as hw_isa
+from tools import isa as isa_report
 from tools.cli import main
 
 
@@ -34,14 +34,14 @@ def test_table_for_sm90():
 
 
 def test_failed_claim_exits_1(monkeypatch):
-    failing = hw_isa.KernelIsa(
+    failing = isa_report.KernelIsa(
         label="paged_logits/mxfp4/D128", kernel="k", target="gfx950", num_warps=4,
         matrix_ops=(("v_mfma_f32_32x32x16_bf16", 4),), registers=(("vgpr_total", 90), ("vgpr", 90), ("agpr", 0),
                                                                    ("sgpr", 40)),
         spills=3, scratch_bytes=64, shared_bytes=0, occupancy=5, occupancy_max=8, limited_by="vgpr",
         compiler_occupancy=5, compile_s=0.0,
         failures=("scratch: 64 bytes, 3 spilled registers", "MXFP4 scorer without v_mfma_scale_f32_*_f8f6f4"))
-    monkeypatch.setattr(hw_isa, "report", lambda target, kernel=None, progress=None: ((failing,), ()))
+    monkeypatch.setattr(isa_report, "report", lambda target, kernel=None, progress=None: ((failing,), ()))
     result = _invoke("--target", "gfx950")
     assert result.exit_code == 1, result.output
     assert "FAIL: scratch: 64 bytes" in result.stdout and "CLAIMS FAILED" in result.stdout

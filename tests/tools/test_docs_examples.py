@@ -70,7 +70,8 @@ def test_a_failing_block_is_reported_with_page_and_block(tmp_path):
 
 def test_blocks_share_one_namespace_in_order(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("```python\nx = [1]\n```\n```console\nnot python\n```\n```python\nx.append(2)\nassert x == [1, 2]\n```\n")
+    page.write_text("```python\nx = [1]\n```\n```console\nnot python\n```\n"
+                    "```python\nx.append(2)\nassert x == [1, 2]\n```\n")
     assert [line for line, _ in python_blocks(page.read_text())] == [1, 7]
     done = _run_in_child(page, tmp_path)
     assert done.returncode == 0, done.stderr

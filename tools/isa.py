@@ -2,8 +2,8 @@
 
 `triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...))` runs Triton's whole pipeline
 down to the device binary without a GPU: the AMD backend links the HSACO with the LLD built into Triton's wheel,
-the NVIDIA backend runs the ptxas the wheel bundles. Each kernel package hw/_<name>_details exports `ISA_SPECS`
-(hw/_isa_spec.py states the contract); this module compiles each spec once per process (and Triton's on-disk
+the NVIDIA backend runs the ptxas the wheel bundles. Each kernel package of hw/ exports `ISA_SPECS` (hw/isa_spec.py
+states the contract and collects them); this module compiles each spec once per process (and Triton's on-disk
 cache keeps the binaries across processes) and reads, per kernel:
 
   gfx950  matrix instructions (v_mfma*, v_smfmac*; the MXFP4 claim is v_mfma_scale_f32_*_f8f6f4), VGPR / AGPR /
@@ -13,15 +13,16 @@ cache keeps the binaries across processes) and reads, per kernel:
           shared memory;
 
 and the occupancy those resources allow (waves per SIMD on gfx950, warps per SM on sm90; rules below).
+
+`python -m tools.isa TARGET ...` prints the report as JSON: report() runs it as a child process when this process
+has TRITON_INTERPRET=1 set (its kernels are then interpreter objects, which cannot be compiled).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import os
-import pkgutil
 import re
 import subprocess
 import sys
@@ -33,7 +34,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ._isa_spec import TARGETS, CompileSpec
+from hw.isa_spec import TARGETS, CompileSpec
+from hw.variants import load_specs
 
 GPU_TARGETS = {"gfx950": GPUTarget("hip", "gfx950", 64), "sm90": GPUTarget("cuda", 90, 32)}
 assert tuple(GPU_TARGETS) == TARGETS
@@ -82,7 +84,7 @@ _AMD_TOTAL_VGPRS = re.compile(r"^; TotalNumVgprs: (\d+)", re.M)
 _AMD_LLVM_OCCUPANCY = re.compile(r"^; Occupancy: (\d+)", re.M)
 _NV_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _EXIT_BAD_ARGUMENT = 2
-_PROGRESS_PREFIX = "progress: "   # child stderr lines that carry progress (python -m hw.isa --progress)
+_PROGRESS_PREFIX = "progress: "   # child stderr lines that carry progress (python -m tools.isa --progress)
 
 
 @dataclass(frozen=True)
@@ -126,30 +128,6 @@ class KernelIsa:
         return cls(**fields)
 
 
-# --------------------------------------------------------------------------------------------------- the registry
-def kernel_packages() -> tuple[str, ...]:
-    """Every hw/_<name>_details package (found on disk, so a new package is never forgotten)."""
-    here = os.path.dirname(__file__)
-    return tuple(sorted(f"{__package__}.{m.name}" for m in pkgutil.iter_modules([here])
-                        if m.ispkg and m.name.startswith("_") and m.name.endswith("_details")))
-
-
-def load_specs(modules: tuple[str, ...] | None = None) -> tuple[tuple[CompileSpec, ...], tuple[str, ...]]:
-    """(the ISA_SPECS of `modules` (default: every kernel package of hw/), the modules that export none)."""
-    specs, missing = [], []
-    for name in kernel_packages() if modules is None else modules:
-        module_specs = getattr(importlib.import_module(name), "ISA_SPECS", None)
-        if not module_specs:
-            missing.append(name)
-            continue
-        specs.extend(module_specs)
-    keys = [(s.label, t) for s in specs for t in s.targets]
-    duplicated = sorted({x for x in keys if keys.count(x) > 1})
-    if duplicated:
-        raise ValueError(f"ISA_SPECS labels must be unique per target; repeated (label, target): {duplicated}")
-    return tuple(specs), tuple(missing)
-
-
 # ---------------------------------------------------------------------------------------------------- compiling
 _COMPILED: dict[tuple[str, str], tuple[object, float]] = {}
 _ANALYZED: dict[tuple[str, str], KernelIsa] = {}
@@ -165,7 +143,7 @@ def compile_spec(spec: CompileSpec, target: str):
         if not isinstance(spec.fn, triton.runtime.JITFunction):
             raise ValueError(f"{spec.label}: fn is not a compilable @triton.jit function (got "
                              f"{type(spec.fn).__name__}: TRITON_INTERPRET=1 was set when it was defined; "
-                             f"hw.isa.report compiles in a child process then)")
+                             f"tools.isa.report compiles in a child process then)")
         signature = dict(spec.signature) | {name: "constexpr" for name in spec.constexprs}
         aligned = [n for n, t in spec.signature.items() if t.startswith("*")] if spec.aligned is None \
             else spec.aligned
@@ -198,7 +176,7 @@ def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | No
     prefix ending at a "/" ("topk"), or a function name; ValueError when it matches nothing. `scaled_mfma_only`
     keeps the specs that claim scaled MFMA (the MXFP4 scorers for D >= 64).
     Under TRITON_INTERPRET=1 the kernels (and Triton's own tl.sort & co.) are interpreter objects that cannot be
-    compiled, so the report is then made by a child Python process without it (`python -m hw.isa`).
+    compiled, so the report is then made by a child Python process without it (`python -m tools.isa`).
     `progress`, if given, is called with one line per kernel as it is compiled ("[i/n] label  s").
     """
     if target not in GPU_TARGETS:
@@ -222,7 +200,7 @@ def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | No
 def _report_in_child(target, kernel, modules, scaled_mfma_only, progress):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # the child imports what this process can
-    cmd = [sys.executable, "-m", __name__, target]
+    cmd = [sys.executable, "-m", __spec__.name, target]   # "tools.isa", also when run as __main__
     cmd += [] if kernel is None else ["--kernel", kernel]
     cmd += [] if modules is None else ["--modules", ",".join(modules)]
     cmd += ["--scaled-mfma-only"] if scaled_mfma_only else []
@@ -354,8 +332,9 @@ def _round_up(x: int, granule: int) -> int:
 
 
 def _main(argv=None) -> None:
-    """`python -m hw.isa TARGET [--kernel K] [--modules a,b] [--scaled-mfma-only]`: the report as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m hw.isa")
+    """`python -m tools.isa TARGET [--kernel K] [--modules a,b] [--scaled-mfma-only] [--progress]`: the report as
+    JSON on stdout (progress lines on stderr)."""
+    parser = argparse.ArgumentParser(prog="python -m tools.isa")
     parser.add_argument("target", choices=TARGETS)
     parser.add_argument("--kernel")
     parser.add_argument("--modules", help="comma-separated modules exporting ISA_SPECS (default: hw's packages)")

@@ -1,8 +1,8 @@
-"""hw.isa: cross-compiled ISA facts for gfx950 and sm_90 (DESIGN §5), no GPU needed.
+"""tools.isa: cross-compiled ISA facts for gfx950 and sm_90 (DESIGN §5), no GPU needed; hw.isa_spec's registry.
 
 The module's own ISA_SPECS (a tiny e2m1 x e2m1 `tl.dot_scaled` kernel at D = 32 and 128, and the top-k kernel at
-k = 64) are compiled once per target (module fixture; under TRITON_INTERPRET=1 hw.isa compiles in a child process
-that imports this module by name).
+k = 64) are compiled once per target (module fixture; under TRITON_INTERPRET=1 tools.isa compiles in a child
+process that imports this module by name).
 """
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import triton
 import triton.language as tl
 
-from hw import isa
-from hw._isa_spec import CompileSpec
-from hw._topk_details import ISA_SPECS as TOPK_SPECS
+from hw.isa_spec import TARGETS, CompileSpec
+from hw.variants import kernel_packages, load_specs
+from tools import isa
 
-THIS_MODULE = "tests.hw.test_isa"
+THIS_MODULE = "tests.tools.test_isa"
 TILE = 64   # M = N: one 64 x 64 output tile (a wgmma m64 tile on sm90, 32x32 MFMA tiles on gfx950)
 
 
@@ -39,13 +39,13 @@ def _tiny(d: int) -> CompileSpec:
                        {"M": TILE, "N": TILE, "D": d}, scaled_mfma=True)
 
 
-ISA_SPECS = (_tiny(32), _tiny(128), *(s for s in TOPK_SPECS if s.label == "topk/k64"))
+ISA_SPECS = (_tiny(32), _tiny(128), *(s for s in load_specs()[0] if s.label == "topk/k64"))
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict[tuple[str, str], isa.KernelIsa]:
     found = {}
-    for target in isa.TARGETS:
+    for target in TARGETS:
         kernels, missing = isa.report(target, modules=(THIS_MODULE,))
         assert missing == ()
         found.update({(k.target, k.label): k for k in kernels})
@@ -53,7 +53,7 @@ def reports() -> dict[tuple[str, str], isa.KernelIsa]:
     return found
 
 
-@pytest.mark.parametrize("target", isa.TARGETS)
+@pytest.mark.parametrize("target", TARGETS)
 def test_topk_has_no_scratch_and_fits(reports, target):
     k = reports[(target, "topk/k64")]
     assert k.failures == () and k.scratch_bytes == 0 and k.spills == 0, k
@@ -73,7 +73,7 @@ def test_gfx950_scaled_mfma_claim(reports):
 
 
 def test_sm90_decomposes_dot_scaled_to_wgmma(reports):
-    """Hopper has no FP4 matrix unit: Triton upcasts and issues bf16 wgmma (FACTS: the 79.8 us sketch)."""
+    """Hopper has no FP4 matrix unit: Triton upcasts and issues bf16 wgmma."""
     k = reports[("sm90", "tiny_dot_scaled/D128")]
     assert any(op.startswith("wgmma.mma_async") and op.endswith(".bf16.bf16") for op, _ in k.matrix_ops), k
     assert k.failures == () and not k.scaled_mfma, k
@@ -89,7 +89,7 @@ def test_gfx950_occupancy_model_agrees_with_llvm(reports):
                 k.compiler_occupancy, (label, k)
 
 
-# Expected values worked out by hand from the rules cited in hw/isa.py.
+# Expected values worked out by hand from the rules cited in tools/isa.py.
 @pytest.mark.parametrize("vgprs, sgprs, lds, warps, want", [
     (4, 19, 0, 4, (8, "waves")),          # nothing limits: 8 waves per SIMD
     (80, 80, 0, 4, (6, "vgpr")),          # 512 // 80
@@ -119,7 +119,7 @@ def test_nv_occupancy_rules(regs, shared, warps, want):
 
 def test_hw_mxfp4_scorers_use_scaled_mfma():
     """Every hw/ spec that claims scaled MFMA (MXFP4 scorers, D >= 64) compiles to it on gfx950, without scratch."""
-    specs, _ = isa.load_specs()
+    specs, _ = load_specs()
     claimed = {s.label for s in specs if s.scaled_mfma}
     assert any("/D64" in label for label in claimed) and any("/D128" in label for label in claimed), \
         f"hw/_logits_details must export MXFP4 scorer specs at D = 64 and 128 with scaled_mfma=True; got {claimed}"
@@ -130,9 +130,9 @@ def test_hw_mxfp4_scorers_use_scaled_mfma():
 
 
 def test_registry_lists_topk_and_rejects_bad_requests():
-    assert "hw._topk_details" in isa.kernel_packages()
-    specs, _ = isa.load_specs(("hw._topk_details",))
-    assert [s.label for s in specs] == [s.label for s in TOPK_SPECS]
+    assert "hw._topk_details" in kernel_packages()
+    families = {s.label.split("/")[0] for s in load_specs()[0]}
+    assert {"topk", "q_quant", "gather"} <= families, families
     with pytest.raises(ValueError, match="target must be one of"):
         isa.report("gfx942")
 

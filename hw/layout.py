@@ -1,4 +1,8 @@
-"""Checks and geometry of a paged K-cache view (DESIGN §2, §8), shared by the writer, the gather and the scorers.
+"""The K-cache formats and page layouts of hw (DESIGN §1, §2, §8): public, for integration/ and tools/.
+
+Format names, page sizes, head-dim rules (the layouts' and the scorers'), bytes per token, and the host-side check
+of a paged cache view that the writer, the gather and the scorers share. sim/layout.py declares the same names for
+the simulator (sim may not import hw); tests/hw/test_layout.py pins the two equal.
 
 A cache view is `uint8[num_pages, P, 1, bytes_per_token]` with stride(1) == bytes_per_token, stride(3) == 1 and
 stride(0) == S, the page stride in bytes (a multiple of 16, >= P * bytes_per_token). The view's bytes inside a page
@@ -11,18 +15,22 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import MX_BLOCK, PAGE_STRIDE_ALIGN, check_tensor
+from .checks import MX_BLOCK, PAGE_STRIDE_ALIGN, check_tensor
 
-KV_FORMATS = ("fp8", "mxfp4")
-LAYOUTS = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}
+KV_FORMATS = ("fp8", "mxfp4")                                  # the cache formats (kv_dtype)
+LAYOUTS_OF = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}  # format -> its page layouts, planar first
+PAGE_LAYOUTS = tuple(layout for fmt in KV_FORMATS for layout in LAYOUTS_OF[fmt])
 PAGE_SIZES = (16, 32, 64, 128, 256)
 HEAD_DIMS = range(MX_BLOCK, 257, MX_BLOCK)   # DESIGN §2: multiples of 32 in 32..256
+SCORER_HEAD_DIMS = tuple(d for d in HEAD_DIMS if d & (d - 1) == 0)   # the scorer tiles: 32, 64, 128, 256
 TILE_HEAD_DIM = 128                          # mxfp4_tiled: D a multiple of 128 ...
 TILE_TOKENS = 4                              # ... and P a multiple of 4 (one scale word holds 4 tokens)
 
 
 def bytes_per_token(kv_format: str, head_dim: int) -> int:
-    """fp8: D value bytes + one fp32 scale; mxfp4: D/2 code bytes + D/32 E8M0 scale bytes."""
+    """K-cache bytes per token (and layer): fp8 D value bytes + one fp32 scale; mxfp4 D/2 code bytes + D/32 E8M0
+    scale bytes. ValueError for a format not in KV_FORMATS (head_dim is not checked: see check_head_dim)."""
+    resolve_layout(kv_format, None)
     return head_dim + 4 if kv_format == "fp8" else head_dim // 2 + head_dim // 32
 
 
@@ -50,9 +58,9 @@ def resolve_layout(kv_format: str, layout: str | None) -> str:
     if layout is None:
         return kv_format
     if not isinstance(layout, str):
-        raise ValueError(f"layout must be None or one of {LAYOUTS[kv_format]}, got a {type(layout).__name__}")
-    if layout not in LAYOUTS[kv_format]:
-        raise ValueError(f"layout {layout!r} is not valid for {kv_format}; choose one of {LAYOUTS[kv_format]}")
+        raise ValueError(f"layout must be None or one of {LAYOUTS_OF[kv_format]}, got a {type(layout).__name__}")
+    if layout not in LAYOUTS_OF[kv_format]:
+        raise ValueError(f"layout {layout!r} is not valid for {kv_format}; choose one of {LAYOUTS_OF[kv_format]}")
     return layout
 
 
@@ -63,6 +71,14 @@ def check_head_dim(name: str, head_dim: int, layout: str | None) -> None:
     if layout == "mxfp4_tiled" and head_dim % TILE_HEAD_DIM:
         raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of {TILE_HEAD_DIM}, "
                          f"got {head_dim}")
+
+
+def check_scorer_head_dim(name: str, head_dim: int, layout: str | None) -> None:
+    """The scorers' head-dim rule: check_head_dim's head dims for `layout`, of which the scorer tiles take the
+    powers of two (SCORER_HEAD_DIMS: 32, 64, 128, 256). ValueError naming `name` otherwise."""
+    check_head_dim(name, head_dim, layout)
+    if head_dim not in SCORER_HEAD_DIMS:
+        raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
 
 
 def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout: str | None,

@@ -1,4 +1,4 @@
-"""The compile spec every kernel package exports for the cross-compilation report (hw/isa.py, `mxidx isa`).
+"""What the cross-compilation report (tools/isa.py, `mxidx isa`) compiles: public, for tools/.
 
 Contract for a kernel package `hw/_<name>_details/`: its `__init__.py` defines a module-level
 
@@ -6,9 +6,9 @@ Contract for a kernel package `hw/_<name>_details/`: its `__init__.py` defines a
 
 with a few *representative* instantiations of each of its @triton.jit kernels (the shapes and constexprs the
 launchers really use: e.g. every head dim for a scorer, since a kernel verified only at D = 128 is a known failure).
-Building the tuple must be cheap (no compilation, no tensors, no GPU) and must not import hw/isa.py.
-Its jit helpers must live in hw/_*_details packages too: hw/isa.py re-imports those packages with the interpreter
-off when TRITON_INTERPRET=1 is set, so that the kernels it compiles are real JIT functions.
+Building the tuple must be cheap (no compilation, no tensors, no GPU). load_specs() collects them from every kernel
+package, found on disk. The report compiles the functions the specs name, so they must be real @triton.jit
+functions: under TRITON_INTERPRET=1 the report runs in a child process without it.
 """
 from __future__ import annotations
 

@@ -1,0 +1,622 @@
+"""Paged decode scorer with the keys on the MMA's M axis (DESIGN §2-§5).
+
+    logits[b*N + n, j] = sum_h w[b*N + n, h] * relu(q[b, n, h, :] . k[j, :])     j < visible(b, n)
+
+One tile is KEYS = TILE_PAGES * P keys (pages of one sequence, at least 64 keys) on the M axis of `tl.dot`; the
+N_PAD * H_PAD query rows of the sequence (next_n x padded heads) are its N axis:
+
+    s = tl.dot(K [KEYS, D], Q^T [D, N_PAD * H_PAD])                 fp32 [KEYS, N_PAD * H_PAD]
+    logit[t, n] = key_factor[t] * sum_h w'[n, h] * relu(s[t, n * H_PAD + h])
+
+relu keeps NaN; the head sum is a register reduction over the query-column axis of the tile, per n; the key's
+factor (FP8: its fp32 scale; MXFP4: a power of two, below) multiplies once, after the head sum.
+
+Grid: (B, cdiv(cdiv(cap, P), TILES * TILE_PAGES)); it depends on shapes and max_context_len only (CUDA-graph
+stable). Program (b, c) loads sequence b's query rows, weights and (MXFP4) their conversion once, then walks its up
+to TILES tiles with a software-pipelined `tl.range`, stopping at the last page that holds a visible token of any of
+the N rows: block-table entries and pages past the visible span are never read, nor tokens past it inside the last
+page. Each page is rebased once in 64 bits (`page_id.to(int64) * page_stride`); page-local offsets are 32-bit and
+come from hw/_quant_details/page_offsets.py, the writer's formulas.
+
+MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
+  "fold": MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter; Hopper has no FP4 MMA) every e2m1 code becomes one
+      exact e4m3 byte with its block's E8M0 scale folded in relative to the token's (query row's) largest block
+      scale smax:
+      e4m3(e2m1 * 2^(rel + 6)), rel = s_g - smax, exact as a normal e4m3 for -FOLD_SPAN <= rel <= 0 (12 binades;
+      6 * 2^6 = 384 <= 448). Per 32-bit word of codes (8 elements), two byte-permute lookups into an 8-entry table
+      built from the block's rel give the magnitudes of 4 elements each, two more the signs (`prmt`, inline PTX,
+      11 instructions per 8 elements, MX_FOLD_PTX); MX_FOLD_TL is the same table lookup in portable Triton integer
+      ops (the interpreter cannot run inline assembly). Then one K = D FP8 MMA on the natural element order, and
+          q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
+      with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
+      2^(skmax + c - 266) applied to the key after the head sum. A key whose block scales span more than FOLD_SPAN
+      binades (or a query row that does) takes the exact fallback, the arithmetic of the "unpack" decode variants:
+      operands e4m3(e2m1 * 2^-5) (exact), per block g one K = D MMA of the keys against the query operand with
+      every block but g zeroed (the exact block sum: 32 products, at most 13 significant bits), times 2^10 and the
+      two E8M0 factors in fp32, D/32 fp32 adds. It runs after the pipelined loop, for the tiles that hold such a
+      key (every tile of the program for such a query row); the loop stores nothing for those tiles.
+  "dot_scaled": MX_DOT_SCALED (AMD, the interpreter) tl.dot_scaled(K codes, K scales, "e2m1", Q^T codes, Q scales,
+      "e2m1"): gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32).
+NaN: an E8M0 byte 255 makes a key (query row) NaN; its logits (all logits of the row) are NaN, as in sim.scorer.
+
+Scaling range of the fold (the fallback's is that of the unpack variants, 2^(sq + sk - 254) exact in fp32 for
+-149 <= sq + sk - 254 <= 127): exact while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 (a head whose largest q
+block scale lies more than ~2^126 below the program's largest rounds or drops) and 2^(skmax + c - 266) lies in
+[2^-149, 2^127] (outside, the logit is 0 or inf; that happens only where |logit| itself leaves fp32's range by
+about the size of the head sum).
+
+Declared precision (DESIGN §4's n and u): declared_precision().
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+import triton.language as tl
+
+from .._quant_details.page_offsets import (
+    MX_BLOCK,
+    fp8_scale_base,
+    fp8_scale_token_offset,
+    fp8_value_offsets,
+    mxfp4_scale_offsets,
+    mxfp4_value_block_stride,
+    mxfp4_value_offsets,
+    mxfp4_value_token_offset,
+)
+from ..checks import triton_version
+from ..isa_spec import CompileSpec
+from ..targets import Op, Target, Variant, target_of
+from .calls import DecodeCall
+
+FMT_FP8 = tl.constexpr(0)
+FMT_MXFP4 = tl.constexpr(1)
+MX_FOLD_PTX = tl.constexpr(0)        # fold, conversion in inline PTX (NVIDIA)
+MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Triton (interpreter)
+MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
+
+E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
+E8M0_NAN = tl.constexpr(255)
+FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
+FOLD_TABLE_BIAS = tl.constexpr(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
+FOLD_KEY_BIAS = tl.constexpr(266)    # 2 * (127 + 6): both operands' E8M0 bias and their 2^6 fold offset
+EXACT_REL = tl.constexpr(-11)        # fallback operands: e2m1 * 2^(EXACT_REL + 6) = e2m1 * 2^-5 (normal e4m3)
+EXACT_RESCALE = tl.constexpr(1024.0)  # 2^10 = (2^5)^2 undoes the fallback operands' 2^-5
+F32_QNAN = tl.constexpr(0x7FC00000)
+WORD_BYTES = tl.constexpr(4)
+BLOCK_WORDS = tl.constexpr(4)        # 32-bit words of codes per 32-element block
+MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fallback mask
+
+PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
+INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
+#: where each MXFP4 path runs. dot_scaled: gfx950's native scaled MFMA, and the interpreter's emulation; not
+#: NVIDIA, where Triton's decomposition of it fails to compile at D = 32 (and the fold is the point of this kernel).
+PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
+                "dot_scaled": frozenset({Target.AMD} | ({Target.INTERPRETER} if triton_version()
+                                                         >= INTERPRETER_DOT_SCALED_TRITON else set()))}
+DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
+FP32_UNIT_ROUNDOFF = 2.0 ** -24
+NVIDIA_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13
+UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -12   # covers the (33/32) D 2^-13 of D / 32 chained K groups
+MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
+MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
+TOKENS_PER_PROGRAM = 256             # default: 4 pages of 64 per program
+NUM_STAGES = {Target.NVIDIA: 3, Target.AMD: 2, Target.INTERPRETER: 1}
+#: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
+#: 0 = the backend's default (on sm_90: no promotion, as production FP8 scorers run; declared_precision says what
+#: each choice declares).
+FP8_PROMOTE_K = 0
+
+
+def declared_precision(kv_format: str, head_dim: int, target: Target, path: str | None = None) -> tuple[int, float]:
+    """(n, u) of DESIGN §4's bound |kernel - ref| <= (n + H + 2) * u * sum_h |w_h| sum_d |q_hd k_d| for this kernel
+    on `target` (MXFP4: on `path`, default DEFAULT_PATH[target]).
+
+    FP8: n = D (the MMA sums D products). On NVIDIA Hopper's FP8 MMA keeps about 14 bits inside each K = 32
+    instruction. In the model where every term of an instruction (its 32 products and, without promotion, the
+    incoming sum) is truncated to 13 bits below the largest one's leading bit, the error of one q.k is below
+    32 * 2^-13 of the sum of |products| with FP8_PROMOTE_K = 32 (declared u = 2^-13), and below
+    (33/32) * D * 2^-13 of it without promotion (the default; declared u = 2^-12, so that (D + H + 2) u covers it
+    at every D and H). u = 2^-24 elsewhere (fp32 accumulation).
+    MXFP4 "fold": the folded products are exact, but they span up to 2 * 11 binades, so the MMA's sum of D of them
+    is not exact: n = D with the same u as FP8. The exact fallback adds D/32 exact block sums (n = D/32), inside
+    that. MXFP4 "dot_scaled": n = D, u = 2^-24 (the interpreter's emulation sums all D products in fp32; gfx950's
+    scaled MFMA does not document its internal accumulation).
+    ValueError for an unknown format, target or path, or a head dim that is not a multiple of 32."""
+    path = _check_path(kv_format, target, path)
+    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % MX_BLOCK.value:
+        raise ValueError(f"head_dim must be a positive multiple of {MX_BLOCK.value}, got {head_dim!r}")
+    mma_fp8 = kv_format == "fp8" or path == "fold"
+    if not (mma_fp8 and target is Target.NVIDIA):
+        return head_dim, FP32_UNIT_ROUNDOFF
+    return head_dim, NVIDIA_FP8_MMA_UNIT_ROUNDOFF if FP8_PROMOTE_K else UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF
+
+
+def _check_path(kv_format: str, target: Target, path: str | None) -> str | None:
+    """The MXFP4 path a launch takes (None for FP8); ValueError for an unknown format / target / path or a path
+    that does not run on the target."""
+    if kv_format not in ("fp8", "mxfp4"):
+        raise ValueError(f"kv_format must be 'fp8' or 'mxfp4', got {kv_format!r}")
+    if not isinstance(target, Target):
+        raise ValueError(f"target must be a hw.targets.Target, got {target!r}")
+    if kv_format == "fp8":
+        if path is not None:
+            raise ValueError(f"path applies to MXFP4 only, got path={path!r} for FP8")
+        return None
+    path = DEFAULT_PATH[target] if path is None else path
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if target not in PATH_TARGETS[path]:
+        raise ValueError(f"the MXFP4 {path!r} path does not run on {target.value}")
+    return path
+
+
+# ============================================================================================ conversions
+@triton.jit
+def _exp2_int(e):
+    """int32 e -> fp32 2^e: exact for -149 <= e <= 127 (subnormal below -126), 0 below, +inf above."""
+    normal = (tl.minimum(tl.maximum(e, -126), 128) + 127) << 23
+    subnormal = 1 << tl.minimum(tl.maximum(e + 149, 0), 22)
+    bits = tl.where(e >= -126, normal, tl.where(e >= -149, subnormal, 0))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e8m0_to_f32(s):
+    """int32 E8M0 bytes -> fp32 2^(s - 127); 255 -> NaN (DESIGN §1)."""
+    return tl.where(s == E8M0_NAN, F32_QNAN, tl.where(s == 0, 1 << 22, s << 23)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fold_tables(rel):
+    """int32 rel in [-FOLD_SPAN, 0] -> (lo, hi) int32 byte tables of the e2m1 magnitudes 0..7 as e4m3 bytes of
+    e2m1 * 2^(rel + 6): lo = [0, d, d + 8, d + 12], hi = [d + 16, d + 20, d + 24, d + 28] (byte 0 first),
+    d = (rel + 12) << 3 in 8..96 (the e4m3 byte of 0.5 * 2^(rel + 6)); no byte carries."""
+    d = (rel + FOLD_TABLE_BIAS) << 3
+    return d * 0x01010100 + 0x0C080000, d * 0x01010101 + 0x1C181410
+
+
+#: _fold_words_ptx's body: $0, $1 = the output words, $2 = the code word, $3, $4 = the lo, hi tables. prmt picks
+#: bytes of {lo, hi} (0..7) by the codes' low 3 bits (0x7777 keeps each selector's sign-replicate bit 3 clear). The
+#: sign bits t = code word & 0x88888888 hold element i's sign at bit 4i + 3, u = t << 4 at bit 4i + 7: bit 7 of
+#: bytes u.0, t.0, u.1, t.1 (prmt 0x5140) are the signs of elements 0..3, of u.2, t.2, u.3, t.3 (0x7362) those of
+#: 4..7; lop3 0xF8 = a | (b & c) keeps only those bits and merges them with the magnitudes.
+FOLD_PTX = tl.constexpr("""
+{
+.reg .b32 s, m, t, u, g;
+and.b32 t, $2, 0x88888888;
+shl.b32 u, t, 4;
+and.b32 s, $2, 0x7777;
+prmt.b32 m, $3, $4, s;
+prmt.b32 g, u, t, 0x5140;
+lop3.b32 $0, m, g, 0x80808080, 0xF8;
+shr.u32 s, $2, 16;
+and.b32 s, s, 0x7777;
+prmt.b32 m, $3, $4, s;
+prmt.b32 g, u, t, 0x7362;
+lop3.b32 $1, m, g, 0x80808080, 0xF8;
+}
+""")
+
+
+@triton.jit
+def _fold_words_ptx(words, lo, hi):
+    """int32 words of 8 e2m1 codes (code i in bits 4i..4i+3) + their block's tables -> (e4m3 bytes of codes 0..3,
+    e4m3 bytes of codes 4..7) as int32 words (code i in byte i % 4); 11 instructions per 8 codes (FOLD_PTX)."""
+    return tl.inline_asm_elementwise(asm=FOLD_PTX, constraints="=r,=r,r,r,r", args=[words, lo, hi],
+                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _fold_words_tl(words, lo, hi):
+    """_fold_words_ptx in portable Triton integer ops (same tables, same outputs)."""
+    out_lo = tl.zeros_like(words)
+    out_hi = tl.zeros_like(words)
+    for i in tl.static_range(8):
+        mag = (words >> (4 * i)) & 7
+        table = tl.where(mag < 4, lo, hi)
+        byte = ((table >> (8 * (mag & 3))) & 0xFF) | (((words >> (4 * i + 3)) & 1) << 7)
+        if i < 4:
+            out_lo = out_lo | (byte << (8 * i))
+        else:
+            out_hi = out_hi | (byte << (8 * (i - 4)))
+    return out_lo, out_hi
+
+
+@triton.jit
+def _words_to_e4m3(lo, hi):
+    """int32 [R, W] output words of _fold_words_* -> uint8 [R, 8W] e4m3 bytes in natural element order
+    (element 8a + i of a row is byte i % 4 of lo[a] (i < 4) or hi[a] (i >= 4))."""
+    R: tl.constexpr = lo.shape[0]
+    W: tl.constexpr = lo.shape[1]
+    x = tl.reshape(tl.join(lo, hi), (R, 2 * W))
+    b0 = (x & 0xFF).to(tl.uint8)
+    b1 = ((x >> 8) & 0xFF).to(tl.uint8)
+    b2 = ((x >> 16) & 0xFF).to(tl.uint8)
+    b3 = ((x >> 24) & 0xFF).to(tl.uint8)
+    return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), (R, 8 * W))
+
+
+@triton.jit
+def _fold(words, rel, MX_MODE: tl.constexpr):
+    """int32 [R, D/8] code words + int32 [R, D/32] per-block rel (-FOLD_SPAN..0) -> uint8 [R, D] e4m3 bytes of
+    e2m1 * 2^(rel + 6) (exact)."""
+    R: tl.constexpr = words.shape[0]
+    WORDS: tl.constexpr = words.shape[1]
+    lo, hi = _fold_tables(rel)
+    lo = tl.reshape(tl.broadcast_to(lo[:, :, None], (R, WORDS // BLOCK_WORDS, BLOCK_WORDS)), (R, WORDS))
+    hi = tl.reshape(tl.broadcast_to(hi[:, :, None], (R, WORDS // BLOCK_WORDS, BLOCK_WORDS)), (R, WORDS))
+    if MX_MODE == MX_FOLD_PTX:
+        out_lo, out_hi = _fold_words_ptx(words, lo, hi)
+    else:
+        out_lo, out_hi = _fold_words_tl(words, lo, hi)
+    return _words_to_e4m3(out_lo, out_hi)
+
+
+# ============================================================================================ tile pieces
+@triton.jit
+def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
+    """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = min(max_context_len, max_pages * P);
+    0 for the padding n >= N."""
+    if CTX_2D:
+        raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)
+    else:
+        last = tl.load(ctx_ptr + b * stride_ctx_b)
+        raw = tl.where(n < N, last - N + n + 1, 0)
+    return tl.minimum(tl.maximum(raw, 0), cap)
+
+
+@triton.jit
+def _dot(a, b, PROMOTE_K: tl.constexpr):
+    """tl.dot(a, b), promoting FP8 partial sums to fp32 every PROMOTE_K products when PROMOTE_K > 0."""
+    if PROMOTE_K > 0:
+        return tl.dot(a, b, max_num_imprecise_acc=PROMOTE_K)
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
+    """fp32 [KEYS, N_PAD * H_PAD] scores, [N_PAD * H_PAD] weights -> [KEYS, N_PAD] sum_h w * relu(s), relu(NaN) =
+    NaN. Padded query columns have weight 0 and finite scores (their q is 0; only a NaN key, whose logits are NaN
+    anyway, makes them NaN)."""
+    contrib = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :]
+    KEYS: tl.constexpr = s.shape[0]
+    if N_PAD == 1:
+        return tl.sum(contrib, axis=1)[:, None]
+    else:
+        return tl.sum(tl.reshape(contrib, (KEYS, N_PAD, H_PAD)), axis=2)
+
+
+@triton.jit
+def _tile_pages(bt_row_ptr, first, num_pages, page_stride, t_page, TILE_PAGES: tl.constexpr):
+    """int64 [KEYS] page byte offsets (page_id.to(int64) * page_stride) of a tile's tokens; the block-table entries
+    at or past num_pages (the visible span) are not read (their tokens are masked by the caller)."""
+    if TILE_PAGES == 1:
+        page_id = tl.load(bt_row_ptr + first)
+        return tl.zeros_like(t_page).to(tl.int64) + page_id.to(tl.int64) * page_stride
+    else:
+        page = first + t_page
+        page_id = tl.load(bt_row_ptr + page, mask=page < num_pages, other=0)
+        return page_id.to(tl.int64) * page_stride
+
+
+@triton.jit
+def _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE: tl.constexpr):
+    """The exact fallback: fp32 [KEYS, NH] q.k from int32 [KEYS, D/8] key code words, int32 [KEYS, D/32] key E8M0
+    bytes, uint8 [D, NH] query operand: e4m3 bytes of e2m1 * 2^-5 (the query rows' codes transposed) and int32
+    [NH, D/32] query E8M0 bytes. Block g's sums come from one K = D MMA of all keys against the query operand with
+    every other block zeroed: 32 nonzero products of at most 13 significant bits, exact in any accumulator that
+    keeps 13 (zero products add nothing)."""
+    D: tl.constexpr = q_exact.shape[0]
+    G: tl.constexpr = D // MX_BLOCK
+    k8 = _fold(k_words, tl.full(ks.shape, EXACT_REL, tl.int32), MX_MODE).to(tl.float8e4nv, bitcast=True)
+    blk = tl.arange(0, D) // MX_BLOCK
+    g_idx = tl.arange(0, G)
+    acc = tl.zeros((k_words.shape[0], q_exact.shape[1]), dtype=tl.float32)
+    for g in tl.range(0, G, num_stages=1):          # not unrolled: the rare path keeps registers low
+        q_g = tl.where(blk[:, None] == g, q_exact, 0).to(tl.float8e4nv, bitcast=True)
+        part = tl.dot(k8, q_g)
+        k_scale = _e8m0_to_f32(tl.sum(tl.where(g_idx[None, :] == g, ks, 0), axis=1))
+        q_scale = _e8m0_to_f32(tl.sum(tl.where(g_idx[None, :] == g, qs, 0), axis=1))
+        # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
+        acc += (part * EXACT_RESCALE) * (k_scale[:, None] * q_scale[None, :])
+    return acc
+
+
+@triton.jit
+def _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D: tl.constexpr):
+    """The query rows' int32 [NH, D/8] code words and int32 [NH, D/32] E8M0 bytes (padded rows: 0 and 127)."""
+    jw = tl.arange(0, D // (2 * WORD_BYTES))
+    g = tl.arange(0, D // MX_BLOCK)
+    words = tl.load((q_v_ptr + q_row_v).to(tl.pointer_type(tl.int32))[:, None] + jw[None, :], mask=row_ok[:, None],
+                    other=0)
+    scales = tl.load(q_s_ptr + q_row_s[:, None] + g[None, :], mask=row_ok[:, None], other=E8M0_ONE)
+    return words, scales.to(tl.int32)
+
+
+@triton.jit
+def _mx_keys(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, TILED: tl.constexpr):
+    """A tile's int32 [KEYS, D/8] code words and int32 [KEYS, D/32] E8M0 bytes (masked keys: 0 and 127)."""
+    jw = tl.arange(0, D // (2 * WORD_BYTES))
+    g = tl.arange(0, D // MX_BLOCK)
+    # word jw of a token: 32-bit word jw % 4 of its 16-byte block jw // 4
+    word = (jw // BLOCK_WORDS) * (mxfp4_value_block_stride(P, TILED) // WORD_BYTES) + jw % BLOCK_WORDS
+    token_words = (cache_ptr + page_off + mxfp4_value_token_offset(t_in, P, D, TILED)).to(tl.pointer_type(tl.int32))
+    words = tl.load(token_words[:, None] + word[None, :], mask=k_ok[:, None], other=0)
+    scales = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED), mask=k_ok[:, None],
+                     other=E8M0_ONE)
+    return words, scales.to(tl.int32)
+
+
+# ============================================================================================ the kernel
+@triton.jit
+def paged_keys_m_kernel(
+    q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    cap, page_stride,
+    stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
+    stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
+    N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
+    TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
+    KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
+    PROMOTE_K: tl.constexpr,
+):
+    """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
+    cache: uint8 view base (page b at b * page_stride); w: fp32 [B*N, H]; ctx: int32 [B] or [B, N]; bt: int32
+    [B, max_pages]; out: fp32 [B*N, W]. Innermost dimensions contiguous; strides in elements. Grid (B, chunks)."""
+    tl.static_assert(TILES <= MAX_TILES)
+    b = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    n = tl.arange(0, N_PAD)
+    visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
+    vis_max = tl.max(visible)
+    num_pages = tl.cdiv(vis_max, P)
+    first = chunk * (TILES * TILE_PAGES)
+    if first < num_pages:
+        KEYS: tl.constexpr = TILE_PAGES * P
+        NH: tl.constexpr = N_PAD * H_PAD
+        num_tiles = tl.minimum(tl.cdiv(num_pages - first, TILE_PAGES), TILES)
+        bt_row = bt_ptr + b * stride_bt_b
+        t = tl.arange(0, KEYS)
+        t_page = t // P
+        t_in = t % P
+        m = tl.arange(0, NH)
+        m_n = m // H_PAD
+        m_h = m % H_PAD
+        row_ok = (m_n < N) & (m_h < H)
+        q_row_v = b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h
+        q_row_s = b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h
+        w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0)
+        out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
+
+        if KV_FORMAT == FMT_FP8:
+            d = tl.arange(0, D)
+            q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0)      # [NH, D]
+            qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                  # [D, NH]
+            for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
+                page_first = first + i * TILE_PAGES
+                tok = page_first * P + t
+                k_ok = tok < vis_max
+                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
+                            other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
+                k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
+                                  .to(tl.pointer_type(tl.float32)), mask=k_ok, other=0.0)
+                logits = _head_sum(_dot(k, qt, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
+                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
+        elif MX_MODE == MX_DOT_SCALED:
+            j = tl.arange(0, D // 2)
+            g = tl.arange(0, D // MX_BLOCK)
+            qt = tl.trans(tl.load(q_v_ptr + q_row_v[:, None] + j[None, :], mask=row_ok[:, None], other=0))  # [D/2, NH]
+            qs = tl.load(q_s_ptr + q_row_s[:, None] + g[None, :], mask=row_ok[:, None], other=E8M0_ONE)
+            for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
+                page_first = first + i * TILE_PAGES
+                tok = page_first * P + t
+                k_ok = tok < vis_max
+                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
+                             mask=k_ok[:, None], other=0)                                     # [KEYS, D/2]
+                ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
+                             mask=k_ok[:, None], other=E8M0_ONE)                              # [KEYS, D/32]
+                s = tl.dot_scaled(kv, ks, "e2m1", qt, qs, "e2m1")
+                tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
+        else:
+            # the query rows, converted once
+            q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
+            sq_max = tl.max(qs, axis=1)
+            q_nan = sq_max == E8M0_NAN
+            q_wide = tl.max((row_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32)) > 0
+            c = tl.max(tl.where(row_ok & ~q_nan, sq_max, 0))
+            w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
+            qt = tl.trans(_fold(q_words, tl.maximum(qs - sq_max[:, None], -FOLD_SPAN), MX_MODE))\
+                .to(tl.float8e4nv, bitcast=True)                                             # [D, NH]
+
+            # the fold loop; a tile with a wide key is left to the exact pass (bit i of wide_tiles)
+            wide_tiles = 0
+            for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
+                page_first = first + i * TILE_PAGES
+                tok = page_first * P + t
+                k_ok = tok < vis_max
+                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                sk_max = tl.max(ks, axis=1)
+                k_nan = sk_max == E8M0_NAN
+                wide = tl.max((~k_nan & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)).to(tl.int32))      # 0 | 1
+                k8 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE).to(tl.float8e4nv,
+                                                                                                bitcast=True)
+                k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+                logits = _head_sum(_dot(k8, qt, PROMOTE_K), w_fold, N_PAD, H_PAD) * k_factor[:, None]
+                stored = tl.where(wide == 0, visible, 0)
+                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < stored[None, :])
+                wide_tiles = wide_tiles | (wide << i)
+
+            # the exact pass: every tile of a wide query, else the tiles with a wide key
+            if q_wide | (wide_tiles != 0):
+                q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
+                q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
+                for i in tl.range(0, num_tiles, num_stages=1):
+                    if q_wide | (((wide_tiles >> i) & 1) != 0):
+                        page_first = first + i * TILE_PAGES
+                        tok = page_first * P + t
+                        page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in, tok < vis_max, P, D, TILED)
+                        s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
+                        tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
+                                 mask=tok[:, None] < visible[None, :])
+
+
+# ============================================================================================ launcher
+@dataclasses.dataclass(frozen=True)
+class KeysMSettings:
+    """Constexprs and launch options of paged_keys_m_kernel (a pure function of the target and the shapes)."""
+
+    n_pad: int          # next_n padded to a power of two
+    h_pad: int          # heads padded to a power of two, n_pad * h_pad >= MIN_MMA_N
+    tile_pages: int     # pages per tile: KEYS = tile_pages * P >= MIN_TILE_KEYS
+    tiles: int          # tiles per program (<= MAX_TILES)
+    num_stages: int     # software-pipelining depth of the tile loop
+    num_warps: int
+    mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
+    promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
+
+
+def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int, page_size: int, *,
+                    path: str | None = None, tokens_per_program: int | None = None, num_stages: int | None = None,
+                    num_warps: int | None = None) -> KeysMSettings:
+    """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). Tuning overrides:
+    tokens_per_program (default TOKENS_PER_PROGRAM: tiles = that // KEYS, at least 1), num_stages (NUM_STAGES),
+    num_warps (4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e. 32 registers a thread,
+    else 8: at 64 x 128 on 4 warps, D 128, the MXFP4 kernel takes 224-228 registers on sm_90 and triton 3.9's FP8
+    kernel spills 57 SGPRs on gfx950). ValueError as declared_precision."""
+    path = _check_path(kv_format, target, path)
+    n_pad = triton.next_power_of_2(next_n)
+    h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
+    tile_pages = max(1, MIN_TILE_KEYS // page_size)
+    keys = tile_pages * page_size
+    per_program = TOKENS_PER_PROGRAM if tokens_per_program is None else tokens_per_program
+    mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
+    return KeysMSettings(
+        n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=min(MAX_TILES.value, max(1, per_program // keys)),
+        num_stages=NUM_STAGES[target] if num_stages is None else num_stages,
+        num_warps=(4 if keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8) if num_warps is None else num_warps,
+        mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
+
+
+def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, out, *, cap: int, page_stride: int,
+                        next_n: int, num_heads: int, head_dim: int, page_size: int, kv_format: str, tiled: bool,
+                        target: Target, path: str | None = None, settings: KeysMSettings | None = None) -> None:
+    """Write the visible logits of the paged decode scorer into `out` (DESIGN §4); other entries are untouched
+    (fill `out` with -inf first for clean_logits).
+
+    Arguments, already checked by the public launcher (shapes, dtypes, devices; nothing here syncs):
+      q_v           uint8 [B, N, H, D] (FP8 e4m3 bytes; the q scale folded into weights) or [B, N, H, D/2]
+                    (MXFP4 codes, even element in the low nibble), contiguous; MXFP4: data_ptr % 4 == 0
+      q_s           uint8 [B, N, H, D/32] E8M0 scales, contiguous (MXFP4; int32-packed scales viewed as uint8);
+                    ignored for FP8 (None or any tensor)
+      kv_cache      uint8 tensor whose data_ptr is page 0 of the cache view (DESIGN §8's 4-D view works);
+                    data_ptr % 16 == 0; page b at byte b * page_stride
+      weights       fp32 [B*N, H], stride(1) == 1
+      context_lens  int32 [B] or [B, N], innermost stride 1, values >= 0 (DESIGN §4's ctx(b, n))
+      block_table   int32 [B, max_pages], stride(1) == 1; entries inside each row's visible span are valid pages
+      out           fp32 [B*N, W], stride(1) == 1
+      cap           min(W, max_pages * P)
+      page_stride   bytes between pages, a multiple of 16 >= the page's bytes
+      next_n        N >= 1; num_heads H (1..128 tested); head_dim D in 32, 64, 128, 256; page_size P in 16..256
+      kv_format     "fp8" | "mxfp4"; tiled: the mxfp4_tiled layout (D % 128 == 0, P % 4 == 0)
+      target        hw.targets.Target (hw.targets.target_of(device, paged_keys_m_kernel)); NVIDIA needs FP8 MMA
+                    (compute capability >= 8.9)
+      path          MXFP4 only: "fold" | "dot_scaled" (PATH_TARGETS), default DEFAULT_PATH[target]
+      settings      keys_m_settings(target, ...) with tuning overrides; default keys_m_settings's defaults
+    declared_precision(kv_format, head_dim, target, path) is the (n, u) of the result's bound.
+    The grid is (B, cdiv(cdiv(cap, P), tiles * tile_pages)): fixed by shapes and cap, so a CUDA graph captured with
+    short contexts replays correctly with long ones. ValueError for an unknown kv_format / target / path, a grid
+    too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
+    path = _check_path(kv_format, target, path)
+    s = keys_m_settings(target, kv_format, num_heads, next_n, page_size, path=path) if settings is None else settings
+    mx = kv_format == "mxfp4"
+    if mx and q_v.data_ptr() % WORD_BYTES.value:
+        raise ValueError("q_v: MXFP4 codes are read as 32-bit words; data_ptr must be a multiple of 4")
+    batch = q_v.shape[0]
+    if batch == 0 or cap <= 0:
+        return
+    chunks = triton.cdiv(triton.cdiv(cap, page_size), s.tiles * s.tile_pages)
+    if chunks > 65535:
+        raise ValueError(f"cap = {cap} needs {chunks} programs per sequence (at most 65535); raise "
+                         "tokens_per_program")
+    q_s = q_s if mx else q_v        # FP8: the scale pointer is unused
+    paged_keys_m_kernel[(batch, chunks)](
+        q_v, q_s, kv_cache, weights, context_lens, block_table, out,
+        cap, page_stride,
+        q_v.stride(0), q_v.stride(1), q_v.stride(2), q_s.stride(0), q_s.stride(1), q_s.stride(2),
+        weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
+        N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
+        TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
+        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, num_warps=s.num_warps,
+    )
+
+
+# ============================================================================================ cross-compile specs
+def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads: int = 32,
+             target: Target = Target.NVIDIA) -> CompileSpec:
+    """The kernel as launch_paged_keys_m launches it by default on `target` (NVIDIA: sm90, AMD: gfx950)."""
+    kv_format = "fp8" if layout == "fp8" else "mxfp4"
+    s = keys_m_settings(target, kv_format, heads, next_n, page_size)
+    path = DEFAULT_PATH[target] if kv_format == "mxfp4" else "mma"
+    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr")
+    types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32"}
+    return CompileSpec(
+        label=f"paged_keys_m/{layout}/{path}/D{head_dim}/P{page_size}/N{next_n}/H{heads}", fn=paged_keys_m_kernel,
+        signature={**{p: types.get(p, "*u8") for p in pointers}, "cap": "i32", "page_stride": "i32",
+                   **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
+                                               "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
+                                               "stride_bt_b", "stride_out_r")}},
+        constexprs={"N": next_n, "N_PAD": s.n_pad, "H": heads, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
+                    "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
+                    "KV_FORMAT": (FMT_MXFP4 if kv_format == "mxfp4" else FMT_FP8).value,
+                    "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
+                    "PROMOTE_K": s.promote_k},
+        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+        scaled_mfma=path == "dot_scaled" and head_dim >= 64)
+
+
+#: (layout, D, P, next_n, H): the serving shape (D 128, P 64, H 32, N 1) of every layout, small head dims, a small
+#: page (4 pages a tile), next_n 2, H 128 and D 256
+ISA_SHAPES = (("fp8", 128, 64, 1, 32), ("mxfp4", 128, 64, 1, 32), ("mxfp4_tiled", 128, 64, 1, 32),
+              ("fp8", 64, 16, 2, 32), ("mxfp4", 64, 16, 2, 32), ("mxfp4", 32, 64, 1, 32), ("fp8", 128, 64, 1, 128),
+              ("mxfp4", 128, 64, 1, 128), ("mxfp4", 256, 64, 1, 32))
+
+
+def isa_specs(kv_format: str | None = None) -> tuple[CompileSpec, ...]:
+    """ISA_SHAPES (of `kv_format`, when given) on both GPU targets, each on its default path."""
+    return tuple(isa_spec(layout, d, p, n, h, target) for target in (Target.NVIDIA, Target.AMD)
+                 for layout, d, p, n, h in ISA_SHAPES
+                 if kv_format is None or (layout == "fp8") == (kv_format == "fp8"))
+
+
+
+# ============================================================================================ registry records
+def _variant(name: str, kv_format: str, path: str | None, targets, summary: str) -> Variant:
+    def settings(target: Target, call: DecodeCall) -> KeysMSettings:
+        return keys_m_settings(target, kv_format, call.num_heads, call.next_n, call.page_size, path=path)
+
+    def launch(c: DecodeCall, s: KeysMSettings) -> None:
+        launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out, cap=c.cap,
+                            page_stride=c.page_stride, next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim,
+                            page_size=c.page_size, kv_format=kv_format, tiled=c.tiled,
+                            target=target_of(c.out.device, paged_keys_m_kernel), path=path, settings=s)
+
+    specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_format == "fp8")]
+    return Variant(name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=frozenset(),
+                   settings=settings, launch=launch,
+                   precision=lambda head_dim, target: declared_precision(kv_format, head_dim, target, path),
+                   isa_specs=lambda: tuple(isa_spec(*shape, target=t) for t in (Target.NVIDIA, Target.AMD)
+                                           if t in targets for shape in specs),
+                   summary=summary)
+
+
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target),
+                       "keys on the MMA's M axis, query rows on N, pipelined pages, grid from shapes")
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"],
+                              "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), one FP8 MMA")
+MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
+                                    "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")

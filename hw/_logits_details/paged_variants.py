@@ -1,0 +1,113 @@
+"""The decode scorer variants of paged.py: the persistent paged kernel with query rows (next_n x heads) on the
+MMA's M axis and a step of pages on N.
+
+One kernel, four variants by the q.k path (scoring.py): "fp8", and for MXFP4 "mxfp4_dot_scaled",
+"mxfp4_unpack" and "mxfp4_unpack_ptx". The grid is the schedule's program count (get_paged_mqa_logits_metadata).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..isa_spec import CompileSpec
+from ..targets import Op, Target, Variant
+from .calls import DecodeCall
+from .common import (
+    ALL_TARGETS,
+    FP8_PROMOTE_K,
+    MMA_MIN_ROWS,
+    block_sum_precision,
+    dot_scaled_precision,
+    dot_scaled_targets,
+    fp8_precision,
+    head_pad,
+)
+from .paged import paged_logits_kernel
+from .prefill import KV_FP8, KV_MXFP4
+from .scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
+
+NUM_WARPS = 4
+#: tokens a step scores (max(1, this // P) pages of one sequence), chosen by `python -m tools.tune` on the H200
+#: (docs/perf/h200-bench.md)
+TOKENS_PER_STEP = {"fp8": 128, "mxfp4": 256}
+ISA_HEADS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedSettings:
+    """Constexprs and launch options of paged_logits_kernel."""
+
+    n_pad: int             # next_n padded to a power of two
+    h_pad: int             # heads padded to a power of two (n_pad * h_pad >= MMA_MIN_ROWS)
+    pages_per_step: int
+    num_warps: int
+
+
+def paged_settings(kv_format: str, num_heads: int, next_n: int, page_size: int) -> PagedSettings:
+    n_pad = 1 << (next_n - 1).bit_length()
+    return PagedSettings(n_pad=n_pad, h_pad=head_pad(num_heads, n_pad, MMA_MIN_ROWS),
+                         pages_per_step=max(1, TOKENS_PER_STEP[kv_format] // page_size), num_warps=NUM_WARPS)
+
+
+def _launcher(kv_format: str, mx_path):
+    def launch(call: DecodeCall, s: PagedSettings) -> None:
+        c = call
+        paged_logits_kernel[(c.num_programs,)](
+            c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.schedule, c.out,
+            c.cap, c.page_stride,
+            c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
+            c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
+            N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size,
+            PAGES_PER_STEP=s.pages_per_step, KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8,
+            TILED=c.tiled, CTX_2D=c.context_lens.dim() == 2, MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K,
+            num_warps=s.num_warps)
+    return launch
+
+
+def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n: int, target: Target):
+    kv_format = "fp8" if layout == "fp8" else "mxfp4"
+    s = paged_settings(kv_format, ISA_HEADS, next_n, page_size)
+    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr")
+    return CompileSpec(
+        label=f"paged_logits/{layout}/{'mma' if kv_format == 'fp8' else path}/D{head_dim}/P{page_size}/N{next_n}",
+        fn=paged_logits_kernel,
+        signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
+                   "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "cap": "i32", "page_stride": "i32",
+                   **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
+                                               "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
+                                               "stride_bt_b", "stride_out_r")}},
+        constexprs={"N": next_n, "N_PAD": s.n_pad, "H": ISA_HEADS, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
+                    "PAGES_PER_STEP": s.pages_per_step, "KV_FORMAT": (KV_MXFP4 if kv_format == "mxfp4"
+                                                                      else KV_FP8).value,
+                    "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_PATH": mx_path.value,
+                    "PROMOTE_K": FP8_PROMOTE_K},
+        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+        scaled_mfma=kv_format == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64)
+
+
+def _variant(name: str, kv_format: str, path: str, mx_path, targets, default_on, precision, shapes,
+             summary: str) -> Variant:
+    """shapes: the (layout, D, P, next_n) instantiations the cross-compile report checks on each GPU target."""
+    compiled = [t for t in (Target.AMD, Target.NVIDIA) if t in targets]
+    return Variant(
+        name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=frozenset(default_on),
+        settings=lambda target, call: paged_settings(kv_format, call.num_heads, call.next_n, call.page_size),
+        launch=_launcher(kv_format, mx_path), precision=precision,
+        isa_specs=lambda: tuple(_spec(lay, path, mx_path, d, p, n, t) for lay, d, p, n in shapes for t in compiled),
+        summary=summary)
+
+
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, ALL_TARGETS, fp8_precision,
+               (("fp8", 128, 64, 1), ("fp8", 64, 16, 1)), "FP8 e4m3 q.k on the MMA, the key scale after it")
+MXFP4_DOT_SCALED = _variant(
+    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(),
+    {Target.AMD, Target.INTERPRETER}, dot_scaled_precision,
+    (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1), ("mxfp4", 64, 16, 1), ("mxfp4", 32, 64, 1),
+     ("mxfp4", 128, 64, 2)),
+    "tl.dot_scaled e2m1 x e2m1: native scaled MFMA on gfx950, Triton's bf16 decomposition on NVIDIA")
+MXFP4_UNPACK = _variant(
+    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
+    "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")
+MXFP4_UNPACK_PTX = _variant(
+    "mxfp4_unpack_ptx", "mxfp4", "unpack_ptx", MX_UNPACK_PTX, {Target.NVIDIA}, {Target.NVIDIA}, block_sum_precision,
+    (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1)),
+    "mxfp4_unpack with the nibble conversion 4 bytes per PTX instruction (NVIDIA only)")

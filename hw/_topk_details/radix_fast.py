@@ -1,0 +1,432 @@
+"""A faster exact per-row top-k for compiled GPUs (same results as top_k_per_row_kernel, DESIGN §4).
+
+Launcher: `top_k_radix_fast(logits, lengths, starts, k, out)` (checked arguments; see its docstring).
+
+Keys are the order-preserving uint32 keys of kernel.py (`_order_key`: 0 invisible, 1 NaN, ..., +inf largest), so
+every comparison is an exact integer comparison. The k_eff-th largest visible key T (k_eff = min(k, visible
+columns)) is found by narrowing an inclusive key interval [lo, hi] that always contains T, with
+
+    ge_lo = #keys >= lo  (>= k_eff)          above = #keys > hi  (< k_eff)
+
+A narrowing round counts the keys >= a few probe values inside the interval (one compare and one add per key and
+probe) and keeps the sub-interval that still brackets the k_eff-th key. It stops in a *terminal* state: ge_lo ==
+k_eff (every key in the interval is taken) or lo == hi (the interval is T itself). The result is then
+
+    every key > hi, plus the first (k_eff - above) keys inside [lo, hi] in column order
+
+which is the (value desc, index asc) rule: no tied key at the threshold is dropped or duplicated.
+
+Rounds on many keys are cheap per key but each ends in a block-wide reduction, so the interval is first narrowed
+on the whole row only until at most CAP keys are inside it; those *candidates* (column, key) are compacted in
+column order into a per-row scratch and the narrowing finishes on a CAP-wide register tile, several probes per
+round. The k_eff selected columns are compacted into the output row, read back with their keys, ordered by one
+tl.sort of the 64-bit composites (signed key << 32 | (2^31 - 1 - column)), and the tail is padded with -1.
+
+Two paths, picked from the width alone (the grid depends only on shapes):
+
+  W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
+               and the compaction run on chip. Global traffic: one read of the visible row, candidates written
+               and read back once (<= CAP), k selected columns written, read back and their logits gathered.
+  W >  tile_w  two kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every GROUP consecutive
+               columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups). `_topk_long_kernel`
+               (one program per row) narrows on the G maxima to a bound tau: when >= k_eff group maxima are
+               >= tau, at least k_eff keys are, so T >= tau. One streaming pass then compacts the keys >= tau
+               (typically little more than k_eff) as candidates and the register tile finishes. If more than
+               CAP keys are >= tau (structured rows, massive ties) the program narrows by streaming rounds over
+               the row before compacting: slower, same result. Global traffic: one full read for the maxima,
+               one read of the visible row (mostly from L2) for the candidates, then as above.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..isa_spec import CompileSpec
+from ..targets import Op, Target, Variant
+from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
+
+FAST_MAX_K = 4096        # the sort of the selected K_PAD composites lives in registers
+TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
+NUM_WARPS = 8
+ROW_CAP = 1024           # candidates of the on-chip path: narrowing on the row stops at <= ROW_CAP keys
+MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets through a bit more than k_eff) ...
+MAX_LONG_CAP = 8192      # ... within these bounds
+STREAM_BLOCK = 4096      # columns per chunk of the long path's streaming passes
+TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
+PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
+                         # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
+MIN_K_PAD = 16
+
+_KEY_MAX = tl.constexpr(0xFFFFFFFF)
+_TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
+_RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
+_RANK_MASK = tl.constexpr(0xFFFF)
+
+
+@dataclass(frozen=True)
+class FastTiling:
+    """Constexprs of one launch (powers of two)."""
+    tile_w: int    # widest row of the on-chip path; at most tile_w group maxima on the long path
+    cap: int       # candidate tile (register tile of the final narrowing)
+    block: int     # columns per streaming chunk (long path; <= 2^16)
+
+
+def fast_tiling(width: int, k: int) -> FastTiling:
+    """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K."""
+    if width <= TILE_W:
+        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK)
+    return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK)
+
+
+def probe_bits(cap: int) -> int:
+    """Probe bits of the candidate-tile rounds for a tile of `cap` keys: 3 (7 probes) at cap <= 1024, fewer above,
+    1 (a single probe) from PROBE_ELEMS / 2."""
+    return max(1, min(3, (PROBE_ELEMS // cap).bit_length() - 1))
+
+
+def k_pad(k: int) -> int:
+    """Sort width for k: the next power of two, at least MIN_K_PAD."""
+    return max(MIN_K_PAD, triton.next_power_of_2(k))
+
+
+def group_size(width: int, tile_w: int) -> int:
+    """Columns per group of the long path: the least power of two that leaves at most tile_w groups."""
+    return triton.next_power_of_2(triton.cdiv(width, tile_w))
+
+
+# ------------------------------------------------------------------------------------------------- jit helpers
+@triton.jit
+def _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS: tl.constexpr):
+    """(start, end, k_eff) of a row: visible columns start <= j < end, k_eff = min(k, visible count)."""
+    end = tl.minimum(tl.load(ends_ptr + row), width)
+    if HAS_STARTS:
+        start = tl.maximum(tl.load(starts_ptr + row), 0)
+    else:
+        start = end * 0
+    return start, end, tl.minimum(tl.maximum(end - start, 0), k)
+
+
+@triton.jit
+def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
+    """One narrowing round. `key` uint32 tile (0 = empty: below every lo >= 1); base: keys outside the tile that
+    are > hi_at_tile_creation. lo, hi int64 (1 <= lo < hi <= 2^32 - 1), ge_lo, above, k_eff int32 as in the module
+    docstring. Probes lo + floor(span * j / 2^PROBE_BITS), j = 1 .. 2^PROBE_BITS - 1; returns the new
+    (lo, hi, ge_lo, above), a strictly smaller interval still holding the k_eff-th key."""
+    span = hi - lo + 1
+    if PROBE_BITS == 1:
+        mid = lo + (span >> 1)
+        c = base + tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+        up = c >= k_eff
+        new_lo = tl.where(up, mid, lo)
+        new_hi = tl.where(up, hi, mid - 1)
+        new_ge = tl.where(up, c, ge_lo)
+        new_above = tl.where(up, above, c)
+    else:
+        NP: tl.constexpr = 1 << PROBE_BITS
+        j = tl.arange(0, NP)
+        probe = lo + ((span * j) >> PROBE_BITS)                 # probe[0] = lo: its count is ge_lo
+        c = base + tl.sum((key[:, None] >= probe.to(tl.uint32)[None, :]).to(tl.int32), 0)
+        c = tl.where(j == 0, ge_lo, c)
+        pick = tl.max(tl.where(c >= k_eff, j, 0), 0)            # last probe still at or above the k_eff-th key
+        nxt = pick + 1
+        new_lo = lo + ((span * pick) >> PROBE_BITS)
+        new_ge = tl.sum(tl.where(j == pick, c, 0), 0)
+        new_hi = tl.where(nxt == NP, hi, lo + ((span * nxt) >> PROBE_BITS) - 1)
+        new_above = tl.where(nxt == NP, above, tl.sum(tl.where(j == nxt, c, 0), 0))
+    return new_lo, new_hi, new_ge, new_above
+
+
+@triton.jit
+def _split_ranks(key, lo, hi):
+    """(above flag, inside flag, exclusive rank among the above, among the inside) of a tile, in tile order."""
+    is_above = key > hi.to(tl.uint32)
+    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+    flags = (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
+    ranks = tl.cumsum(flags, 0) - flags
+    return is_above, inside, ranks >> _RANK_BITS, ranks & _RANK_MASK
+
+
+@triton.jit
+def _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, direct, out_row, cand_ptr,
+                 CAP: tl.constexpr):
+    """Compaction of one tile (columns `cols`, in column order) after n_above / n_inside earlier keys above /
+    inside [lo, hi]: keys > hi go to out_row[their rank]; keys inside go to the candidates cand_ptr[rank] (columns)
+    and cand_ptr[CAP + rank] (keys) when not `direct` (ranks >= CAP are dropped), else the first k_eff - above of
+    them go to out_row[above + rank]. Returns the updated (n_above, n_inside)."""
+    is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
+    above_rank += n_above
+    inside_rank += n_inside
+    # scalar limits instead of a scalar flag in the masks: ranks below them are taken / kept
+    take = inside & (inside_rank < tl.where(direct != 0, k_eff - above, 0))
+    tl.store(out_row + tl.where(is_above, above_rank, above + inside_rank), cols, mask=is_above | take)
+    keep = inside & (inside_rank < tl.where(direct != 0, 0, CAP))
+    tl.store(cand_ptr + inside_rank, cols, mask=keep)
+    tl.store(cand_ptr + CAP + inside_rank, key.to(tl.int32, bitcast=True), mask=keep)
+    return n_above + tl.sum(is_above.to(tl.int32), 0), n_inside + tl.sum(inside.to(tl.int32), 0)
+
+
+@triton.jit
+def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, out_row, CAP: tl.constexpr,
+                       PROBE_BITS: tl.constexpr):
+    """Narrow to a terminal state on the `count` <= CAP candidates (the keys inside [lo, hi], in column order) and
+    store the selected ones to out_row[above .. k_eff) (the keys > hi are already in out_row[0 .. above))."""
+    tl.debug_barrier()   # the candidates were stored by other threads of this program
+    slots = tl.arange(0, CAP)
+    filled = slots < count
+    cols = tl.load(cand_ptr + slots, mask=filled, other=0)
+    key = tl.load(cand_ptr + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
+    base = above
+    while (ge_lo != k_eff) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
+    take = inside & (inside_rank < k_eff - above)
+    tl.store(out_row + tl.where(is_above, base + above_rank, above + inside_rank), cols, mask=is_above | take)
+
+
+@triton.jit
+def _order_selected(row_ptr, out_row, k_eff, k, K_PAD: tl.constexpr):
+    """Sort the k_eff selected columns in out_row by (value desc, column asc) and pad out_row[k_eff .. k) with -1."""
+    tl.debug_barrier()   # the selected columns were stored by other threads of this program
+    slots = tl.arange(0, K_PAD)
+    filled = slots < k_eff
+    cols = tl.load(out_row + slots, mask=filled, other=0)
+    key = _order_key(tl.load(row_ptr + cols, mask=filled, other=0.0), filled)
+    composite = tl.sort(tl.where(filled, _sort_composite(key, cols), _EMPTY_SLOT), descending=True)
+    tl.debug_barrier()   # every slot was read before any is overwritten
+    result = tl.where(composite == _EMPTY_SLOT, -1, composite.to(tl.int32) ^ _INT32_MAX)
+    tl.store(out_row + slots, result, mask=slots < k)
+
+
+@triton.jit
+def _count_ge_stream(row_ptr, start, end, probe, BLOCK: tl.constexpr):
+    """#visible keys >= probe (uint32 >= 1) in columns [start, end), streaming."""
+    c = start * 0
+    for off in range(start, end, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        inside = cols < end
+        key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
+        c += tl.sum((key >= probe).to(tl.int32), 0)
+    return c
+
+
+@triton.jit
+def _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, cand_ptr, CAP: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """_split_store over the visible columns, streaming; returns the number of keys inside [lo, hi]."""
+    n_above = start * 0
+    n_inside = start * 0
+    for off in range(start, end, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        inside = cols < end
+        key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
+        n_above, n_inside = _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, direct, out_row,
+                                         cand_ptr, CAP)
+    return n_inside
+
+
+# ----------------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _topk_row_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
+    out_ptr,              # *i32 [rows, k] contiguous
+    cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
+    width,                # i32 W <= TILE_W
+    stride_row,           # elements between rows of logits
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,  # power of two >= k: the register-resident sort size
+    TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
+    CAP: tl.constexpr,    # candidate tile
+    PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
+):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = out_ptr + row * k
+    cand_row = cand_ptr + row * (2 * CAP)
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+
+    cols = tl.arange(0, TILE_W)
+    visible = (cols >= start) & (cols < end)
+    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+
+    # narrow on the whole row (one probe per round: the compares dominate) until <= CAP keys are inside
+    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
+    hi = lo * 0 + _KEY_MAX
+    ge_lo = tl.maximum(end - start, 0)
+    above = start * 0
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+
+    direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
+    _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
+    if direct == 0:
+        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
+    _order_selected(row_ptr, out_row, k_eff, k, K_PAD)
+
+
+@triton.jit
+def _group_max_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    gmax_ptr,             # *i32 [rows, groups]: largest visible key (uint32 bits) of each group, 0 if none
+    width,                # i32 W
+    stride_row,
+    groups,               # i32 cdiv(W, GROUP)
+    HAS_STARTS: tl.constexpr,
+    GROUP: tl.constexpr,  # columns per group (power of two)
+    GROUPS_PER_PROGRAM: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
+    start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
+    cols = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    visible = (cols >= start) & (cols < end)
+    key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
+    tl.store(gmax_ptr + row * groups + g, tl.max(key, 1).to(tl.int32, bitcast=True), mask=g < groups)
+
+
+@triton.jit
+def _topk_long_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    gmax_ptr,             # *i32 [rows, groups] from _group_max_kernel
+    out_ptr,              # *i32 [rows, k] contiguous
+    cand_ptr,             # *i32 [rows, 2 * CAP] scratch
+    width,                # i32 W
+    stride_row,
+    groups,               # i32 <= TILE_W
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,
+    TILE_W: tl.constexpr,  # power of two >= groups
+    CAP: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per streaming chunk
+    PROBE_BITS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = out_ptr + row * k
+    cand_row = cand_ptr + row * (2 * CAP)
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+
+    # tau: narrowed on the group maxima while more than k_eff + slack of them are >= it (T >= tau as long as
+    # >= k_eff maxima are >= tau; with fewer non-empty groups than k_eff, tau stays 1); the slack costs a few
+    # candidates and saves the last rounds
+    g = tl.arange(0, TILE_W)
+    gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
+    lo = (start * 0 + 1).to(tl.int64)
+    hi = lo * 0 + _KEY_MAX
+    ge_lo = tl.sum((gmax > 0).to(tl.int32), 0)
+    above = start * 0
+    while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
+
+    # candidates: every visible key >= tau, stored while they fit
+    hi = lo * 0 + _KEY_MAX
+    above = start * 0
+    ge_lo = _split_stream(row_ptr, start, end, lo, hi, above, k_eff, above, out_row, cand_row, CAP, BLOCK)
+    if ge_lo > CAP:   # tau let too many through: narrow on the row by streaming rounds, then compact again
+        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+            mid = lo + ((hi - lo + 1) >> 1)
+            c = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
+            up = c >= k_eff
+            lo, ge_lo = tl.where(up, mid, lo), tl.where(up, c, ge_lo)
+            hi, above = tl.where(up, hi, mid - 1), tl.where(up, above, c)
+        direct = (ge_lo - above > CAP).to(tl.int32)
+        _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, cand_row, CAP, BLOCK)
+    if ge_lo - above <= CAP:
+        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
+    _order_selected(row_ptr, out_row, k_eff, k, K_PAD)
+
+
+# ---------------------------------------------------------------------------------------------------- launcher
+def top_k_radix_fast(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, k: int,
+                     out: torch.Tensor) -> None:
+    """Fill `out` with the top-k of every row, bit-identical to hw.top_k_per_row(logits, lengths, k, starts=...).
+
+    Arguments are already checked (no checks here):
+      logits   float32 [rows, W], rows >= 1, W >= 1, unit column stride, row stride logits.stride(0) >= 0
+      lengths  int32 [rows] contiguous: one past the last visible column (clamped to W; negative -> none)
+      starts   None, or int32 [rows] contiguous: first visible column (clamped to >= 0)
+      k        Python int, 1 <= k <= FAST_MAX_K
+      out      int32 [rows, k] contiguous, same device: receives column indices ordered by (value desc, column
+               asc), padded with -1
+    Sync-free and CUDA-graph safe: grids and scratch sizes come from shapes only.
+    """
+    _launch(logits, lengths, starts, out, fast_tiling(logits.shape[1], k))
+
+
+def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
+            tiling: FastTiling) -> None:
+    """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply)."""
+    (rows, width), k = logits.shape, out.shape[1]
+    starts_arg = lengths if starts is None else starts
+    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
+                  num_warps=NUM_WARPS)
+    cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=logits.device)
+    if width <= tiling.tile_w:
+        _topk_row_kernel[(rows,)](logits, starts_arg, lengths, out, cand, width, logits.stride(0), k,
+                                  TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common)
+        return
+    group = group_size(width, tiling.tile_w)
+    groups = triton.cdiv(width, group)
+    per_program = max(1, tiling.tile_w // group)
+    gmax = torch.empty((rows, groups), dtype=torch.int32, device=logits.device)
+    _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
+        logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
+        GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=NUM_WARPS)
+    _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, out, cand, width, logits.stride(0), groups, k,
+                               TILE_W=tiling.tile_w, BLOCK=tiling.block, **common)
+
+
+# ------------------------------------------------------------------------------------------- cross-compile specs
+ISA_TARGETS = ("sm90",)
+_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32", "cand_ptr": "*i32",
+              "width": "i32", "stride_row": "i32", "k": "i32"}
+_GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32",
+                   "width": "i32", "stride_row": "i32", "groups": "i32"}
+
+
+def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
+    """The kernels top_k_radix_fast launches for rows of `width` columns at k, as hw/isa.py CompileSpecs."""
+    tiling = fast_tiling(width, k)
+    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap)}
+    if width <= tiling.tile_w:
+        return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=NUM_WARPS,
+                            constexprs=common | {"TILE_W": max(triton.next_power_of_2(width), MIN_K_PAD)},
+                            targets=ISA_TARGETS),)
+    group = group_size(width, tiling.tile_w)
+    return (
+        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
+                    num_warps=NUM_WARPS, constexprs={"HAS_STARTS": has_starts, "GROUP": group,
+                                                     "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // group)},
+                    targets=ISA_TARGETS),
+        CompileSpec(label=label, fn=_topk_long_kernel, num_warps=NUM_WARPS,
+                    signature=_SIGNATURE | {"gmax_ptr": "*i32", "groups": "i32"},
+                    constexprs=common | {"TILE_W": tiling.tile_w, "BLOCK": tiling.block}, targets=ISA_TARGETS),
+    )
+
+
+# decode rows at the reference k (on chip and long), ragged prefill rows, a small k
+ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False))
+
+
+def _launch_variant(call, tiling: FastTiling) -> None:
+    _launch(call.logits, call.lengths, call.starts, call.out, tiling)
+
+
+#: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs (into VGPR lanes)
+VARIANT = Variant(
+    name="radix_fast", op=Op.TOPK, kv_format=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
+    default_on=frozenset(), settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k),
+    launch=_launch_variant, precision=None,
+    isa_specs=lambda: tuple(spec for shape in ISA_SHAPES for spec in isa_specs(*shape)),
+    summary="interval narrowing on chip, candidates compacted, one sort of the k selected; long rows over all SMs")

@@ -1,0 +1,69 @@
+"""The top-k variants (DESIGN §4): both exact, bit-identical results, differing only in how work is laid out.
+
+"per_row"    top_k_per_row_kernel, one program per row (compiled GPUs)
+"rows_tile"  top_k_rows_kernel, a tile of many rows per program with rank placement instead of tl.sort (the CPU
+             interpreter, where a Triton op costs about as much for one row as for hundreds)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..targets import Op, Target, Variant
+from . import BLOCK, MAX_K, NUM_WARPS, RowsTiling, _rows_spec, _spec, k_pad, rows_tiling
+from .kernel import top_k_per_row_kernel, top_k_rows_kernel
+
+ALL_TARGETS = frozenset(Target)
+
+
+@dataclass(frozen=True)
+class TopKCall:
+    """hw.top_k_per_row after its checks: logits fp32 [rows, W] (rows, W >= 1, stride(1) == 1), lengths int32
+    [rows], starts int32 [rows] or None, out int32 [rows, k] to fill."""
+
+    logits: torch.Tensor
+    lengths: torch.Tensor
+    starts: torch.Tensor | None
+    out: torch.Tensor
+
+    @property
+    def k(self) -> int:
+        return self.out.shape[1]
+
+
+@dataclass(frozen=True)
+class PerRowSettings:
+    block: int          # columns per chunk of the streaming passes
+    num_warps: int
+
+
+def _launch_per_row(call: TopKCall, s: PerRowSettings) -> None:
+    logits, starts = call.logits, call.starts
+    top_k_per_row_kernel[(logits.shape[0],)](
+        logits, call.lengths if starts is None else starts, call.lengths, call.out, logits.shape[1],
+        logits.stride(0), call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), BLOCK=s.block,
+        num_warps=s.num_warps)
+
+
+def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
+    (rows, width), logits, starts = call.logits.shape, call.logits, call.starts
+    top_k_rows_kernel[(triton.cdiv(rows, s.rows),)](
+        logits, call.lengths if starts is None else starts, call.lengths, call.out, rows, width, logits.stride(0),
+        call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), ROWS=s.rows, BLOCK=s.block,
+        RANK_CHUNK=s.rank_chunk)
+
+
+PER_ROW = Variant(
+    name="per_row", op=Op.TOPK, kv_format=None, targets=ALL_TARGETS,
+    default_on=frozenset({Target.NVIDIA, Target.AMD}),
+    settings=lambda target, call: PerRowSettings(BLOCK, NUM_WARPS), launch=_launch_per_row, precision=None,
+    # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
+    isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
+    summary="one program per row: radix select, compaction, tl.sort of the selected")
+ROWS_TILE = Variant(
+    name="rows_tile", op=Op.TOPK, kv_format=None, targets=ALL_TARGETS, default_on=frozenset({Target.INTERPRETER}),
+    settings=lambda target, call: rows_tiling(*call.logits.shape, call.k), launch=_launch_rows_tile, precision=None,
+    isa_specs=lambda: (_rows_spec(2, 512, 16),),
+    summary="many rows per program, rank placement instead of tl.sort (the interpreter)")

@@ -1,0 +1,86 @@
+"""What a kernel variant is and where it runs: the vocabulary of the variant registry (hw.variants).
+
+Target    a kind of machine the launchers can run a kernel on; every launch setting is a function of it.
+Op        an operation that has several kernel variants.
+Variant   one way of computing an op: the targets it runs on, where it is the default, how it launches, the
+          settings it launches with, what precision it declares and what the cross-compile report checks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .checks import kernels_interpreted
+
+
+class Target(enum.Enum):
+    """Where kernels run. The launch settings and the variant choice depend on nothing else."""
+
+    INTERPRETER = "interpreter"   #: CPU tensors through TRITON_INTERPRET=1 (any triton the package accepts)
+    NVIDIA = "nvidia"             #: CUDA GPUs, tuned and verified on sm_90 (H200); cross-compiled as "sm90"
+    AMD = "amd"                   #: ROCm GPUs, tuned for gfx950 (native scaled MFMA); cross-compiled as "gfx950"
+
+    @property
+    def isa_target(self) -> str | None:
+        """The cross-compile target of the ISA report (CompileSpec.targets), None for the interpreter."""
+        return {Target.NVIDIA: "sm90", Target.AMD: "gfx950"}.get(self)
+
+
+def target_of(device: torch.device | str, kernel) -> Target:
+    """The Target that runs `kernel` (a @triton.jit function of hw) on `device`: INTERPRETER when the kernel was
+    defined under TRITON_INTERPRET=1, else NVIDIA or AMD by torch's build."""
+    if kernels_interpreted(kernel):
+        return Target.INTERPRETER
+    return Target.AMD if torch.device(device).type == "cuda" and torch.version.hip else Target.NVIDIA
+
+
+class Op(enum.Enum):
+    """Operations with kernel variants (one registry list each)."""
+
+    PREFILL = "prefill"   #: ragged prefill logits, hw.fp8_fp4_mqa_logits
+    DECODE = "decode"     #: paged decode logits, hw.fp8_fp4_paged_mqa_logits
+    TOPK = "topk"         #: per-row top-k, hw.top_k_per_row
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel variant of an op.
+
+    name        unique within its op, e.g. "mxfp4_unpack"; the `variant=` keyword of the op's launcher takes it.
+    op          the Op it computes.
+    kv_format   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
+    targets     the Targets it runs on.
+    default_on  the Targets where it is the default; when several variants of one (op, kv_format) claim a
+                target, the first in registry order that runs there is chosen.
+    settings    settings(target, call) -> the launch settings (a frozen record of the variant's own type),
+                a pure function of the target and the call's shapes.
+    launch      launch(call, settings): runs the kernel on the op's checked call record.
+    precision   precision(head_dim, target) -> (n, u) of DESIGN §4's bound gamma = (n + H + 2) u; None for
+                exact ops (top-k).
+    isa_specs   isa_specs() -> the CompileSpecs the cross-compile report checks (cheap: no compilation).
+    summary     one line: what the variant does differently.
+    """
+
+    name: str
+    op: Op
+    kv_format: str | None
+    targets: frozenset
+    default_on: frozenset
+    settings: Callable[[Target, Any], Any]
+    launch: Callable[[Any, Any], None]
+    precision: Callable[[int, Target], tuple[int, float]] | None
+    isa_specs: Callable[[], tuple]
+    summary: str
+
+    def runs_on(self, target: Target) -> bool:
+        return target in self.targets
+
+    def run(self, call, target: Target, overrides: dict | None = None) -> None:
+        """Launch `call` with the settings for `target`, fields replaced by `overrides` (tuning, tests; a field the
+        settings do not have is a TypeError)."""
+        settings = self.settings(target, call)
+        self.launch(call, dataclasses.replace(settings, **overrides) if overrides else settings)

@@ -1,0 +1,89 @@
+"""The registry of kernel variants: every way hw can compute an op, in one list per op.
+
+Dispatch (the launchers), the tests, `mxidx diff`, `mxidx bench`, `tools.tune` and `mxidx isa` all iterate this
+registry, so a variant exists in one place. Adding one (docs/kernels.md, "Adding a kernel variant"): write its
+module (kernel, settings, launch, precision, ISA specs, ending in a `Variant` record, see hw.targets.Variant) and add
+that record to REGISTRY below.
+
+The default of an (op, kv_format) on a target is the first variant in REGISTRY order that lists the target in
+`default_on` and runs there; `variant="name"` on a launcher picks one explicitly.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+
+from ._logits_details import paged_keys_m, paged_variants, prefill_variants
+from ._topk_details import radix_fast
+from ._topk_details import variants as topk_variants
+from .isa_spec import CompileSpec
+from .targets import Op, Target, Variant
+
+REGISTRY: dict[Op, tuple[Variant, ...]] = {
+    Op.PREFILL: (prefill_variants.FP8, prefill_variants.MXFP4_DOT_SCALED, prefill_variants.MXFP4_UNPACK,
+                 prefill_variants.MXFP4_UNPACK_PTX),
+    Op.DECODE: (paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK,
+                paged_variants.MXFP4_UNPACK_PTX, paged_keys_m.FP8_VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT,
+                paged_keys_m.MXFP4_DOT_SCALED_VARIANT),
+    Op.TOPK: (topk_variants.PER_ROW, topk_variants.ROWS_TILE, radix_fast.VARIANT),
+}
+
+
+def variants(op: Op, kv_format: str | None = None, target: Target | None = None) -> tuple[Variant, ...]:
+    """The variants of `op` (of `kv_format`, running on `target`, when given), in registry order."""
+    return tuple(v for v in REGISTRY[op] if (kv_format is None or v.kv_format == kv_format)
+                 and (target is None or v.runs_on(target)))
+
+
+def select(op: Op, target: Target, kv_format: str | None = None, name: str | None = None) -> Variant:
+    """The variant a launch of `op` takes on `target`: `name` when given (ValueError if it is not a variant of
+    this op and format, or does not run on the target), else the default (module docstring)."""
+    if name is not None:
+        found = [v for v in REGISTRY[op] if v.name == name]
+        if not found or (kv_format is not None and found[0].kv_format != kv_format):
+            names = [v.name for v in variants(op, kv_format)]
+            raise ValueError(f"variant must be one of {names} for {op.value}"
+                             + (f" with {kv_format} inputs" if kv_format else "") + f", got {name!r}")
+        if not found[0].runs_on(target):
+            where = sorted(t.value for t in found[0].targets)
+            raise ValueError(f"variant {name!r} does not run on {target.value} (it runs on {where}); "
+                             f"variants that do: {[v.name for v in variants(op, kv_format, target)]}")
+        return found[0]
+    for v in variants(op, kv_format, target):
+        if target in v.default_on:
+            return v
+    raise AssertionError(f"no default {op.value} variant for {kv_format} on {target.value}")   # registry bug
+
+
+def isa_specs() -> tuple:
+    """Every variant's cross-compile specs (the scorers' and top-k's; other kernel packages export their own)."""
+    return tuple(spec for op_variants in REGISTRY.values() for v in op_variants for spec in v.isa_specs())
+
+
+def kernel_packages() -> tuple[str, ...]:
+    """Every hw/_<name>_details package, by module name (found on disk, so a new package is never forgotten)."""
+    here = os.path.dirname(__file__)
+    return tuple(sorted(f"{__package__}.{m.name}" for m in pkgutil.iter_modules([here])
+                        if m.ispkg and m.name.startswith("_") and m.name.endswith("_details")))
+
+
+def load_specs(modules: tuple[str, ...] | None = None) -> tuple[tuple[CompileSpec, ...], tuple[str, ...]]:
+    """(the ISA_SPECS of `modules` (default: every kernel package of hw/, plus every registered variant's specs),
+    the modules that export none).
+
+    ValueError when a (label, target) pair repeats."""
+    specs, missing = [], []
+    if modules is None:   # the kernel variants' specs (scorers, top-k) come with their records
+        specs.extend(isa_specs())
+    for name in kernel_packages() if modules is None else modules:
+        module_specs = getattr(importlib.import_module(name), "ISA_SPECS", None)
+        if module_specs is None:
+            missing.append(name)
+            continue
+        specs.extend(module_specs)
+    keys = [(s.label, t) for s in specs for t in s.targets]
+    duplicated = sorted({x for x in keys if keys.count(x) > 1})
+    if duplicated:
+        raise ValueError(f"ISA_SPECS labels must be unique per target; repeated (label, target): {duplicated}")
+    return tuple(specs), tuple(missing)

@@ -1,0 +1,415 @@
+"""hw._logits_details.paged_keys_m (paged decode scorer, keys on the MMA's M axis) against sim.scorer.decode_logits
+and the bound of its declared (n, u).
+
+Every case builds a hostile pool: 0xFF (NaN) everywhere that is not a visible token, shuffled physical pages, page
+strides larger than a page, a non-zero view offset, partial last pages, and out-of-range sentinels in every
+block-table entry past a sequence's visible span. The output is pre-filled with a marker: the kernel must write
+every visible entry and nothing else. MXFP4 cases also plant keys (and query rows) whose block scales span more
+than the fold's exact range, which the kernel must score through its exact fallback.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import sim.layout
+from hw._logits_details import paged_keys_m as km
+from hw.targets import Target, target_of
+from hw.testing import host_to_device, pair_as_torch, torch_cache_view
+from sim import fp8 as sim_fp8
+from sim import scorer
+from sim.formats import E2M1_VALUES, E4M3_NAN, E8M0_BIAS, E8M0_NAN
+from sim.testing import case_rng, make_geometry, sim_quantize, sim_quantize_q
+from tools import difftest
+
+pytestmark = pytest.mark.interp
+
+SENTINELS = (-1, 2**31 - 1, 1 << 20)   # written into block-table entries no row may read
+STRIDE_PAD = 48                        # page stride = page bytes rounded to 16, plus this
+VIEW_OFFSET = 32
+UNTOUCHED = 12345.0                    # the output's fill: invisible entries must keep it
+
+
+@dataclass(frozen=True)
+class Case:
+    layout: str                  # "fp8" | "mxfp4" | "mxfp4_tiled"
+    head_dim: int
+    page_size: int
+    heads: int
+    next_n: int
+    contexts: tuple              # context_lens rows: ints (1-D) or next_n-tuples (2-D)
+    max_context_len: int
+    max_pages: int
+    nan_token: tuple | None = None       # (b, token): that key is NaN as the writer leaves a non-finite row
+    spans: tuple = ()                    # ((b, token), span): that key's block scales span `span` binades
+    wide_query: bool = False             # query row (0, 0, 0) spans 20 binades (MXFP4)
+    nan_query: bool = False              # query row (0, 0, 0) has a NaN block (MXFP4)
+    tokens_per_program: int | None = None
+
+    @property
+    def kv_format(self) -> str:
+        return "fp8" if self.layout == "fp8" else "mxfp4"
+
+    def __str__(self):
+        return (f"{self.layout}-D{self.head_dim}-P{self.page_size}-H{self.heads}-N{self.next_n}-"
+                f"ctx{'2d' if isinstance(self.contexts[0], tuple) else ''}{list(self.contexts)}-W{self.max_context_len}"
+                f"{'-nan' if self.nan_token else ''}{'-spans' if self.spans else ''}"
+                f"{'-wideq' if self.wide_query else ''}{'-nanq' if self.nan_query else ''}"
+                f"{f'-tpp{self.tokens_per_program}' if self.tokens_per_program else ''}")
+
+
+CASES = [
+    # context 0 and 1, a partial last page, 4 pages of 16 a tile; keys whose block scales span exactly 11 binades
+    # (the fold's limit: sequence 1's tile) and 12 and 30 (the exact fallback: the tiles of sequences 2 and 3)
+    Case("fp8", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4, nan_token=(2, 17)),
+    Case("mxfp4", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4, nan_token=(2, 17),
+         spans=(((1, 0), 11), ((2, 6), 12), ((3, 9), 30))),
+    Case("fp8", 64, 64, 7, 2, ((65, 66), (3, 0)), 70, 2),                       # 2-D context_lens, next_n 2
+    Case("fp8", 32, 16, 2, 1, (40,), 48, 2),                                    # max_pages * P clips the context
+    Case("mxfp4", 64, 16, 5, 2, (17, 2, 0), 40, 3, spans=(((0, 16), 13),)),       # next_n 2, 1-D
+    Case("mxfp4", 32, 16, 1, 2, ((5, 9), (0, 0), (16, 1)), 20, 2, nan_token=(0, 3)),   # 2-D, D 32
+    Case("mxfp4_tiled", 128, 16, 2, 1, (31, 20), 40, 2, spans=(((0, 3), 15),)),
+    Case("mxfp4_tiled", 128, 64, 3, 2, (70, 1), 100, 2, nan_token=(0, 64)),
+    Case("mxfp4", 128, 64, 4, 1, (100, 64), 80, 2, wide_query=True),           # max_context_len clips; wide query
+    Case("mxfp4", 64, 32, 2, 3, (40, 7), 48, 2, nan_query=True),               # next_n 3 (a padded n); NaN query
+    Case("mxfp4", 64, 32, 128, 1, (33, 5), 40, 2),                             # H 128
+    Case("fp8", 64, 16, 128, 1, (20,), 24, 2),
+    Case("mxfp4", 256, 32, 2, 1, (40, 3), 48, 2, spans=(((0, 7), 25),)),      # D 256
+    Case("fp8", 256, 32, 2, 2, (40,), 48, 2),
+    # programs of one 64-key tile, and of three tiles with a wide key in the second (program 0) and last tile
+    Case("mxfp4", 64, 16, 2, 1, (70, 33, 49), 80, 5, spans=(((0, 66), 20), ((2, 40), 14)), tokens_per_program=64),
+    Case("mxfp4", 64, 16, 2, 1, (70, 33, 49), 80, 5, spans=(((0, 66), 20), ((2, 40), 14)), tokens_per_program=192),
+    Case("fp8", 64, 16, 2, 1, (70, 33, 49), 80, 5, tokens_per_program=128),
+]
+
+
+def runs(kv_format: str, device) -> list[tuple[Target, str | None]]:
+    """(target, path) pairs a case runs: the device's target on every path that runs there (FP8: one)."""
+    target = target_of(device, km.paged_keys_m_kernel)
+    if kv_format == "fp8":
+        return [(target, None)]
+    return [(target, path) for path in km.PATHS if target in km.PATH_TARGETS[path]]
+
+
+def poison_key(kv_format: str, values: np.ndarray, scales: np.ndarray, token: int) -> None:
+    """Make key `token` NaN in place, as the writer leaves a non-finite row (DESIGN §1): FP8 every byte 0x7F and
+    the scale NaN; MXFP4 block 0's scale byte 255."""
+    if kv_format == "fp8":
+        values[token] = E4M3_NAN
+        scales[token] = np.nan
+    else:
+        scales[token, 0] = E8M0_NAN
+
+
+def _visible(case: Case) -> np.ndarray:
+    return scorer.decode_visible(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len,
+                                 case.max_pages, case.page_size)
+
+
+def _set_span(scales: np.ndarray, token: int, span: int) -> None:
+    """Key `token`'s block scales: its largest block keeps its byte, block 1 (or 0) lies `span` binades below."""
+    top = int(scales[token].max())
+    low = 1 if scales[token].argmax() != 1 else 0
+    scales[token, low] = top - span
+
+
+def build_cache(case: Case, rng: np.random.Generator):
+    """(pool uint8 numpy, geometry, block_table int32 [B, max_pages]): visible tokens at shuffled pages of a 0xFF
+    pool, sentinels past each sequence's span."""
+    batch = len(case.contexts)
+    tokens = _visible(case).reshape(batch, case.next_n).max(axis=1)
+    pages = -(-tokens // case.page_size)
+    num_pages = int(pages.sum()) + 2                   # two spare pages stay 0xFF
+    geom = make_geometry(case.kv_format, None if case.layout == "fp8" else case.layout, case.page_size,
+                         case.head_dim, num_pages, STRIDE_PAD, VIEW_OFFSET)
+    pool = sim.layout.new_pool(geom)
+    physical = rng.permutation(num_pages)
+    block_table = np.array([SENTINELS[i % len(SENTINELS)] for i in range(batch * case.max_pages)],
+                           dtype=np.int32).reshape(batch, case.max_pages)
+    nxt = 0
+    for b in range(batch):
+        block_table[b, :pages[b]] = physical[nxt:nxt + pages[b]]
+        nxt += pages[b]
+        if tokens[b] == 0:
+            continue
+        values, scales = sim_quantize(case.kv_format, rng.standard_normal((tokens[b], case.head_dim))
+                                      .astype(np.float32))
+        for (sb, token), span in case.spans:
+            if sb == b:
+                _set_span(scales, token, span)
+        if case.nan_token is not None and case.nan_token[0] == b:
+            poison_key(case.kv_format, values, scales, case.nan_token[1])
+        j = np.arange(tokens[b])
+        slots = block_table[b, j // case.page_size].astype(np.int64) * case.page_size + j % case.page_size
+        sim.layout.write_tokens(pool, geom, slots, values, scales)
+    return pool, geom, block_table
+
+
+def _queries(case: Case, rng: np.random.Generator, device):
+    """(q values torch (uint8 view), q scales torch or None, weights torch [B*N, H], exact q float64, weights
+    float32 numpy [B*N, H])."""
+    batch, rows = len(case.contexts), len(case.contexts) * case.next_n
+    q = rng.standard_normal((batch, case.next_n, case.heads, case.head_dim)).astype(np.float32)
+    w = rng.standard_normal((batch, case.next_n, case.heads)).astype(np.float32)
+    values, scales, q64, folded = sim_quantize_q(case.kv_format, q, w)
+    if case.wide_query:
+        _set_span(scales[0, 0], 0, 20)
+    if case.nan_query:
+        scales[0, 0, 0, 0] = E8M0_NAN
+    if case.wide_query or case.nan_query:
+        q64 = scorer.dequantize_q(values, scales)
+    q_v, q_s = pair_as_torch(case.kv_format, values, scales, device)
+    return (q_v.view(torch.uint8), q_s, torch.from_numpy(folded.reshape(rows, case.heads)).to(device), q64,
+            folded.reshape(rows, case.heads))
+
+
+def run_case(case: Case, target: Target, path: str | None, device):
+    """(kernel output numpy, reference, bound, visible mask) of one case."""
+    rng = case_rng(str(case))
+    pool, geom, block_table = build_cache(case, rng)
+    q_v, q_s, w_t, q64, w = _queries(case, rng, device)
+    rows = len(case.contexts) * case.next_n
+    ctx = torch.tensor(case.contexts, dtype=torch.int32, device=device)
+    out = torch.full((rows, case.max_context_len), UNTOUCHED, dtype=torch.float32, device=device)
+    km.launch_paged_keys_m(q_v, q_s, torch_cache_view(host_to_device(pool, device), geom), w_t, ctx,
+                           torch.from_numpy(block_table).to(device), out,
+                           cap=min(case.max_context_len, case.max_pages * case.page_size),
+                           page_stride=geom.page_stride, next_n=case.next_n, num_heads=case.heads,
+                           head_dim=case.head_dim, page_size=case.page_size, kv_format=case.kv_format,
+                           tiled=case.layout == "mxfp4_tiled", target=target, path=path,
+                           settings=km.keys_m_settings(target, case.kv_format, case.heads, case.next_n,
+                                                       case.page_size, path=path,
+                                                       tokens_per_program=case.tokens_per_program))
+    args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
+    n, u = km.declared_precision(case.kv_format, case.head_dim, target, path)
+    ref = scorer.decode_logits(*args, clean_logits=True)
+    bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)
+    return out.cpu().numpy(), ref, bound, scorer.visible_mask(_visible(case), case.max_context_len)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_matches_reference(case: Case, device):
+    for target, path in runs(case.kv_format, device):
+        out, ref, bound, visible = run_case(case, target, path, device)
+        result = scorer.check_logits(out, ref, bound, visible=visible)
+        assert result.ok, f"{path}: {result.describe()}"
+        assert result.compared > 0 or not visible.any()
+        assert (out[~visible] == UNTOUCHED).all(), f"{path}: an invisible entry was written"
+        if case.nan_token is not None:
+            b, t = case.nan_token
+            seen = visible[b * case.next_n:(b + 1) * case.next_n, t]
+            assert seen.any() and np.isnan(out[b * case.next_n:(b + 1) * case.next_n, t][seen]).all()
+        if case.nan_query:
+            assert np.isnan(out[0][visible[0]]).all()
+
+
+def test_cases_exercise_the_fallback():
+    """The span cases really contain keys / query rows outside the fold's exact range (and one exactly at it)."""
+    spans = [s for c in CASES for _, s in c.spans]
+    assert km.FOLD_SPAN.value in spans and any(s > km.FOLD_SPAN.value for s in spans)
+    assert any(c.wide_query for c in CASES)
+
+
+@pytest.mark.parametrize("layout", ["mxfp4", "mxfp4_tiled"])
+def test_wide_key_is_scored_exactly(layout, device):
+    """D = 128, H = 1, one key: q all 1.0; the key has 1.0 at element 0 (the rest of block 0 zero) and 2^-26 in
+    all 96 elements of blocks 1..3 (block scales 26 binades apart): q.k = 1 + 96 * 2^-26. One fp32 sum of the D
+    products would give 1.0; the exact fallback adds exact block sums and returns q.k exactly."""
+    D, P, tiny = 128, 16, -26
+    one_both_nibbles = 0x22                                       # e2m1 code 2 = 1.0 in the low and high nibble
+    q_codes = np.full((1, 1, 1, D // 2), one_both_nibbles, np.uint8)
+    q_scales = np.full((1, 1, 1, D // 32), E8M0_BIAS, np.uint8)
+    k_codes = np.full((1, D // 2), one_both_nibbles, np.uint8)
+    k_codes[0, :16] = 0
+    k_codes[0, 0] = 0x02                                          # element 0 (low nibble) = 1.0
+    k_scales = np.array([[E8M0_BIAS] + [E8M0_BIAS + tiny] * 3], np.uint8)
+    geom = make_geometry("mxfp4", layout if layout == "mxfp4_tiled" else None, P, D, 2)
+    pool = sim.layout.new_pool(geom, fill=0xFF)
+    sim.layout.write_tokens(pool, geom, np.array([P]), k_codes, k_scales)     # page 1, slot 0
+    out = torch.full((1, 1), UNTOUCHED, device=device)
+    km.launch_paged_keys_m(torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
+                           torch_cache_view(host_to_device(pool, device), geom), torch.ones((1, 1), device=device),
+                           torch.ones(1, dtype=torch.int32, device=device),
+                           torch.tensor([[1, SENTINELS[0]]], dtype=torch.int32, device=device), out,
+                           cap=1, page_stride=geom.page_stride, next_n=1, num_heads=1, head_dim=D, page_size=P,
+                           kv_format="mxfp4", tiled=layout == "mxfp4_tiled",
+                           target=target_of(device, km.paged_keys_m_kernel), path="fold")
+    assert float(out[0, 0]) == 1 + 96 * 2.0 ** tiny
+
+
+@pytest.mark.parametrize("kv_format,layout", [("fp8", None), ("mxfp4", None), ("mxfp4", "mxfp4_tiled")])
+def test_pages_past_4_6_gb(kv_format, layout, device):
+    """Pages whose bytes lie past 2^31, 2^32 and 4,608,000,000 bytes of the view (DESIGN §3): the 64-bit rebase.
+    On the CPU the pool is lazily committed np.zeros (tools.difftest.build_large_pool)."""
+    env = difftest.make_env(device.type)
+    large = difftest.build_large_pool(env, kv_dtype=kv_format, layout=layout, tokens=5,
+                                      seed=f"keys-m-{kv_format}-{layout}")
+    rng = case_rng(f"keys-m-large-{kv_format}-{layout}")
+    batch, heads, D, P = large.block_table.shape[0], 2, large.geom.head_dim, large.geom.page_size
+    values, scales, q64, w = sim_quantize_q(kv_format, rng.standard_normal((batch, 1, heads, D)).astype(np.float32),
+                                            rng.standard_normal((batch, 1, heads)).astype(np.float32))
+    q_v, q_s = pair_as_torch(kv_format, values, scales, device)
+    w = w.reshape(batch, heads)
+    ctx = np.full(batch, large.tokens, np.int32)
+    out = torch.full((batch, P), UNTOUCHED, device=device)
+    target = target_of(device, km.paged_keys_m_kernel)
+    km.launch_paged_keys_m(q_v.view(torch.uint8), q_s, torch_cache_view(large.pool_t, large.geom),
+                           torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
+                           torch.from_numpy(large.block_table).to(device), out, cap=P,
+                           page_stride=large.geom.page_stride, next_n=1, num_heads=heads, head_dim=D, page_size=P,
+                           kv_format=kv_format, tiled=layout == "mxfp4_tiled", target=target)
+    args = (q64, large.sim_pool, large.geom, w, ctx, large.block_table, P)
+    n, u = km.declared_precision(kv_format, D, target)
+    visible = scorer.visible_mask(ctx, P)
+    result = scorer.assert_logits_within_bound(out.cpu().numpy(), scorer.decode_logits(*args),
+                                               scorer.decode_error_bound(*args, n_roundings=n, u=u), visible=visible)
+    assert result.compared == batch * large.tokens
+    assert (out.cpu().numpy()[~visible] == UNTOUCHED).all()
+
+
+# ============================================================================================ the conversion
+@triton.jit
+def _fold_probe(words_ptr, rel_ptr, out_ptr, R: tl.constexpr, W: tl.constexpr, MX_MODE: tl.constexpr):
+    r = tl.arange(0, R)
+    words = tl.load(words_ptr + r[:, None] * W + tl.arange(0, W)[None, :])
+    rel = tl.load(rel_ptr + r[:, None] * (W // 4) + tl.arange(0, W // 4)[None, :])
+    tl.store(out_ptr + r[:, None] * (8 * W) + tl.arange(0, 8 * W)[None, :], km._fold(words, rel, MX_MODE))
+
+
+def _fold(words: np.ndarray, rel: np.ndarray, mode, device) -> np.ndarray:
+    """km._fold on int32 words [R, W] and rel [R, W/4] -> uint8 [R, 8W]."""
+    out = torch.empty((words.shape[0], 8 * words.shape[1]), dtype=torch.uint8, device=device)
+    _fold_probe[(1,)](torch.from_numpy(words).to(device), torch.from_numpy(rel).to(device), out,
+                      R=words.shape[0], W=words.shape[1], MX_MODE=mode)
+    return out.cpu().numpy()
+
+
+def _all_codes_and_rels():
+    """int32 words [16, 8] and rel [16, 2]: row r has rel = -(r % 12) (0..-11) in both blocks; its 64 codes are
+    every code 0..15 at every nibble position, 4 times over, in a shuffled order."""
+    rows = 16
+    rng = np.random.default_rng(0)
+    codes = np.stack([rng.permutation(np.tile(np.arange(16), 4)) for _ in range(rows)])      # [16, 64]
+    words = np.zeros((rows, 8), np.uint32)
+    for i in range(8):
+        words |= codes[:, i::8].astype(np.uint32) << (4 * i)
+    rel = -np.repeat((np.arange(rows, dtype=np.int32) % 12)[:, None], 2, axis=1)
+    return words.view(np.int32), rel, codes
+
+
+def test_fold_is_exact_e2m1_times_scale(device):
+    """Every code at every rel of the fold's range becomes the e4m3 byte of exactly e2m1 * 2^(rel + 6), in the
+    natural element order; with the portable conversion and, on NVIDIA, the inline PTX."""
+    words, rel, codes = _all_codes_and_rels()
+    want = E2M1_VALUES[codes] * np.exp2(rel[:, :1] + 6.0)
+    modes = [km.MX_FOLD_TL] + ([km.MX_FOLD_PTX] if target_of(device, km.paged_keys_m_kernel) is Target.NVIDIA
+                               else [])
+    for mode in modes:
+        got = sim_fp8.decode_e4m3(_fold(words, rel, mode, device))
+        np.testing.assert_array_equal(got, want)
+        assert not np.signbit(got[codes == 0]).any() and np.signbit(got[codes == 8]).all()
+
+
+def _emulate_ptx(asm: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run FOLD_PTX's instructions (mov, and, or, shl, shr.u32, lop3, prmt.b32 in its default mode) on uint32
+    arrays."""
+    regs = dict(inputs)
+
+    def value(x):
+        return regs[x] if x in regs else np.uint32(int(x, 0))
+
+    for line in asm.splitlines():
+        m = re.match(r"\s*([a-z0-9.]+)\s+(.*);", line)
+        if not m or m.group(1) == ".reg":
+            continue
+        op, args = m.group(1), [a.strip() for a in m.group(2).split(",")]
+        d, src = args[0], [value(a) for a in args[1:]]
+        if op == "mov.b32":
+            regs[d] = np.broadcast_to(np.uint32(src[0]), next(iter(inputs.values())).shape).astype(np.uint32)
+        elif op == "and.b32":
+            regs[d] = src[0] & src[1]
+        elif op == "or.b32":
+            regs[d] = src[0] | src[1]
+        elif op == "shr.u32":
+            regs[d] = src[0] >> src[1]
+        elif op == "shl.b32":
+            regs[d] = src[0] << src[1]
+        elif op == "lop3.b32":       # bit j of the result: bit (4a_j + 2b_j + c_j) of the truth table (a 0xF0, ...)
+            a, b, c, lut = src
+            out = np.zeros(np.shape(a), np.uint32)
+            for bits in range(8):
+                pick = ((a if bits & 4 else ~a) & (b if bits & 2 else ~b) & (c if bits & 1 else ~c)).astype(np.uint32)
+                out |= pick if (int(lut) >> bits) & 1 else np.uint32(0)
+            regs[d] = out
+        elif op == "prmt.b32":       # bytes of {a, b} = 0..7; selector nibble bit 3 replicates the byte's sign
+            a, b, c = (np.asarray(s, np.uint64) for s in src)
+            pool, out = a | (b << np.uint64(32)), np.zeros(a.shape, np.uint64)
+            for i in range(4):
+                sel = (c >> np.uint64(4 * i)) & np.uint64(15)
+                byte = (pool >> (np.uint64(8) * (sel & np.uint64(7)))) & np.uint64(0xFF)
+                byte = np.where(sel & np.uint64(8), np.where(byte & np.uint64(0x80), 0xFF, 0), byte)
+                out |= byte.astype(np.uint64) << np.uint64(8 * i)
+            regs[d] = out.astype(np.uint32)
+        else:
+            raise AssertionError(f"the emulator does not know {op}")
+    return regs
+
+
+def test_fold_ptx_equals_the_portable_conversion(device):
+    """FOLD_PTX, emulated instruction by instruction, gives the portable conversion's bytes (which the test above
+    proves exact) for every code at every position and rel."""
+    words, rel, _ = _all_codes_and_rels()
+    d = ((rel[:, :1] + km.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)
+    lo = d * np.uint32(0x01010100) + np.uint32(0x0C080000)
+    hi = d * np.uint32(0x01010101) + np.uint32(0x1C181410)
+    regs = _emulate_ptx(km.FOLD_PTX.value, {"$2": words.view(np.uint32), "$3": np.broadcast_to(lo, words.shape),
+                                            "$4": np.broadcast_to(hi, words.shape)})
+    out_words = np.stack([regs["$0"], regs["$1"]], axis=-1).reshape(words.shape[0], -1)   # natural order
+    np.testing.assert_array_equal(out_words.view(np.uint8).reshape(words.shape[0], -1),
+                                  _fold(words, rel, km.MX_FOLD_TL, device))
+
+
+# ============================================================================================ declarations, errors
+def test_declared_precision():
+    assert km.declared_precision("fp8", 128, Target.NVIDIA) == (128, 2.0 ** -12)   # no promotion
+    assert km.declared_precision("mxfp4", 64, Target.NVIDIA) == (64, 2.0 ** -12)
+    assert km.declared_precision("mxfp4", 64, Target.NVIDIA, "fold") == (64, 2.0 ** -12)
+    assert km.declared_precision("mxfp4", 128, Target.AMD) == (128, 2.0 ** -24)
+    for target in (Target.AMD, Target.INTERPRETER):
+        assert km.declared_precision("fp8", 256, target) == (256, 2.0 ** -24)
+        assert km.declared_precision("mxfp4", 32, target, "dot_scaled") == (32, 2.0 ** -24)
+    assert km.declared_precision("mxfp4", 32, Target.INTERPRETER, "fold") == (32, 2.0 ** -24)
+    for bad in (("fp4", 128, Target.NVIDIA), ("fp8", 128, "sm90"), ("fp8", 48, Target.NVIDIA),
+                ("mxfp4", 128, Target.NVIDIA, "dot_scaled"), ("mxfp4", 128, Target.AMD, "fold"),
+                ("fp8", 128, Target.AMD, "fold")):
+        with pytest.raises(ValueError):
+            km.declared_precision(*bad)
+
+
+def test_settings_depend_on_shapes_only():
+    """Tiles, and so the grid (B, programs per sequence), come from H, N, P and cap, never from context values."""
+    s = km.keys_m_settings(Target.NVIDIA, "mxfp4", 32, 1, 64)
+    assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (1, 32, 1, 4, 4, km.MX_FOLD_PTX)
+    s = km.keys_m_settings(Target.INTERPRETER, "fp8", 3, 2, 16)
+    assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 4, 4)
+    s = km.keys_m_settings(Target.AMD, "mxfp4", 128, 1, 256, tokens_per_program=64)
+    assert (s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (128, 1, 1, 8, km.MX_DOT_SCALED)
+
+
+def test_launcher_rejects_unknown_names():
+    args = [torch.zeros(1, 1, 1, 16, dtype=torch.uint8), None, torch.zeros(64, dtype=torch.uint8),
+            torch.zeros(1, 1), torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32),
+            torch.zeros(1, 1)]
+    kw = dict(cap=1, page_stride=16, next_n=1, num_heads=1, head_dim=32, page_size=16, tiled=False)
+    with pytest.raises(ValueError, match="kv_format"):
+        km.launch_paged_keys_m(*args, **kw, kv_format="fp4", target=Target.INTERPRETER)
+    with pytest.raises(ValueError, match="target"):
+        km.launch_paged_keys_m(*args, **kw, kv_format="fp8", target="sm90")
+    with pytest.raises(ValueError, match="path"):
+        km.launch_paged_keys_m(*args, **kw, kv_format="mxfp4", target=Target.NVIDIA, path="dot_scaled")

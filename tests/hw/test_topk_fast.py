@@ -1,0 +1,147 @@
+"""hw/_topk_details/radix_fast.top_k_radix_fast against sim.topk.top_k and hw.top_k_per_row: exact equality.
+
+Every case poisons the invisible columns (past the row's length, before its start, the gap between rows of a
+strided view) with +inf / NaN / 3e38, which would win if they were ever read as candidates.
+
+Each case runs through four launch settings (radix_fast.FastTiling), small enough for the interpreter yet reaching
+every branch: the launcher's own (on-chip row kernel), a tiny candidate tile (narrowing on the whole row, and rows
+whose tie at the threshold overflows the tile are selected directly), and the long path (group maxima, tau,
+candidates) with a small tile and with a tiny one (candidates overflow, streaming rounds).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+import hw
+from hw._topk_details import radix_fast
+from hw._topk_details.radix_fast import FastTiling
+from sim.topk import top_k as sim_top_k
+from tests.sim._assert import assert_exact
+
+pytestmark = pytest.mark.interp
+
+TIE_VALUES = np.array([-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0], dtype=np.float32)
+SPECIAL_VALUES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.5, -1.5,
+                           3.4028235e38, -3.4028235e38, 1.1754944e-38], dtype=np.float32)
+POISON = np.array([np.inf, np.nan, 3e38], dtype=np.float32)
+MIXED_ROWS = 11
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    width: int
+    k: int
+    lengths: tuple[int, ...]              # one per row; may be < 0 or > width (the kernels clamp)
+    values: str = "normal"                # "normal" | "ties" | "special" | "ascending" | "equal"
+    starts: tuple[int, ...] | None = None
+    row_gap: int = 0                      # extra (poisoned) elements between rows: row stride = width + row_gap
+
+
+CASES = [
+    Case("normal", 1500, 40, (1500, 1499, 700, 41, 40, 39, 0)),
+    # many ties at the threshold (more than the tiny tiles hold), +-0.0 equal
+    Case("ties", 1300, 50, (1300, 1000, 51, 3), values="ties"),
+    # NaN (both signs), +-inf, +-0, denormals, +-FLT_MAX; short rows (0, 1, < k, == k, > k)
+    Case("special", 700, 64, (700, 0, 1, 5, 63, 64, 65, 300), values="special"),
+    # ascending rows: the group maxima bound lets nearly everything through (the long path's fallback)
+    Case("ascending", 2000, 30, (2000, 1800, 31), values="ascending"),
+    # one value everywhere: only the column order decides
+    Case("equal", 900, 33, (900, 500, 33, 32), values="equal"),
+    Case("k_gt_width", 10, 37, (10, 3, 0, 25, -4), values="special"),
+    Case("width_1", 1, 2, (1, 0, 5)),
+    Case("k1", 1100, 1, (1100, 1, 0, 600), values="ties"),
+    Case("row_stride", 333, 20, (333, 100, 333), row_gap=13),
+    # ragged prefill: starts (start == end, start > end, negative start) with absolute indices
+    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties", starts=(0, 300, 40, 700, -5, 10)),
+    Case("mixed_ragged", 600, 24, tuple(np.random.default_rng(2).integers(-5, 640, MIXED_ROWS).tolist()),
+         values="special", starts=tuple(np.random.default_rng(3).integers(-5, 400, MIXED_ROWS).tolist())),
+]
+
+# launch settings: name -> FastTiling, or None for the launcher's own choice
+TILINGS = {
+    "launcher": None,
+    "row_tiny_cap": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK),
+    "long": FastTiling(tile_w=128, cap=128, block=256),
+    "long_tiny_cap": FastTiling(tile_w=64, cap=16, block=128),
+}
+
+
+def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """fp32 [rows, width + row_gap]; invisible entries (of the clamped ranges) poisoned."""
+    rows, stride = len(case.lengths), case.width + case.row_gap
+    if case.values == "normal":
+        x = rng.standard_normal((rows, stride)).astype(np.float32)
+    elif case.values == "ties":
+        x = rng.choice(TIE_VALUES, size=(rows, stride))
+    elif case.values == "special":
+        x = rng.choice(SPECIAL_VALUES, size=(rows, stride))
+    elif case.values == "ascending":
+        x = np.broadcast_to(np.arange(stride, dtype=np.float32), (rows, stride)).copy()
+    else:
+        x = np.full((rows, stride), 0.75, dtype=np.float32)
+    starts, ends = _clamped_ranges(case)
+    cols = np.arange(stride)
+    invisible = (cols < starts[:, None]) | (cols >= ends[:, None])
+    x[invisible] = rng.choice(POISON, size=int(invisible.sum()))
+    return x
+
+
+def _clamped_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The visible [start, end) per row as the kernels define it, in sim's form 0 <= start <= end <= W."""
+    ends = np.clip(np.array(case.lengths, dtype=np.int64), 0, case.width)
+    starts = np.zeros_like(ends) if case.starts is None else np.array(case.starts, dtype=np.int64)
+    return np.clip(starts, 0, ends), ends
+
+
+@pytest.mark.parametrize("tiling", TILINGS, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_matches_sim_and_top_k_per_row(case: Case, tiling: str, device):
+    rng = np.random.default_rng(sum(map(ord, case.name)))
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    want = sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)
+
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
+    if TILINGS[tiling] is None:
+        radix_fast.top_k_radix_fast(logits, lengths, starts_t, case.k, out)
+    else:
+        radix_fast._launch(logits, lengths, starts_t, out, TILINGS[tiling])
+
+    context = lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})"   # noqa: E731
+    assert_exact(out.cpu().numpy(), want, f"top-k indices ({case.name}, {tiling})", context=context)
+    reference = hw.top_k_per_row(logits, lengths, case.k, starts=starts_t)
+    assert_exact(out.cpu().numpy(), reference.cpu().numpy(), f"vs hw.top_k_per_row ({case.name}, {tiling})",
+                 context=context)
+
+
+def test_long_path_with_the_launcher_tiling(device):
+    """Just past the on-chip width: the launcher's own long-path constants (two columns per group)."""
+    width, k = radix_fast.TILE_W + 9, 16
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, width)).astype(np.float32)
+    lengths = torch.tensor([width, 5000], dtype=torch.int32, device=device)
+    out = torch.empty((2, k), dtype=torch.int32, device=device)
+    radix_fast.top_k_radix_fast(torch.from_numpy(x).to(device), lengths, None, k, out)
+    want = sim_top_k(x, k, ends=np.array([width, 5000]))
+    assert_exact(out.cpu().numpy(), want, "top-k indices (long path, launcher tiling)")
+
+
+def test_launch_constants():
+    """Powers of two; the long path's groups fit the tile; probes x candidates within PROBE_ELEMS."""
+    for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 31 - 1, 64)]:
+        t = radix_fast.fast_tiling(width, k)
+        assert all(v & (v - 1) == 0 for v in dataclasses.astuple(t)), (width, k, t)
+        assert t.block <= 2 ** 16 and t.cap <= radix_fast.MAX_LONG_CAP
+        if width > t.tile_w:
+            assert -(-width // radix_fast.group_size(width, t.tile_w)) <= t.tile_w
+        assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
+    assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16

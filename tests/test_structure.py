@@ -1,0 +1,120 @@
+"""The layering rules of docs/design.md, checked by reading the source (ast; nothing is imported or run).
+
+What counts as an import: every `import X` and `from X import Y` statement anywhere in a module -- at module level,
+inside functions and methods, under `if TYPE_CHECKING:` or `try:` alike -- with relative imports resolved against
+the module's package. `from P import Y` counts as an import of P.Y when P.Y is a module of the repository, else of
+P. Imports inside strings (importlib.import_module("..."), subprocess command lines) are not seen.
+
+Rules:
+  1. Outside hw/, no module imports a private hw module (`hw._*`, e.g. hw._logits_details). tests/hw/ is exempt:
+     it holds the white-box tests of hw's internals.
+  2. sim/ imports neither hw nor torch (nor triton).
+  3. No package (sim, hw, integration, tools) has an import cycle among its own modules. A package's __init__
+     counts as a module; an import of a submodule does not count as an import of its package's __init__ (Python
+     runs that __init__ first, but an __init__ that imports its own submodules would otherwise always be a cycle).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("sim", "hw", "integration", "tools")
+SOURCE_DIRS = (*PACKAGES, "tests")
+
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, Path]:
+    """module name -> file, for every .py file under SOURCE_DIRS."""
+    return {_module_name(p): p for d in SOURCE_DIRS for p in sorted((ROOT / d).rglob("*.py"))}
+
+
+SOURCES = _sources()
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """The modules `module` imports (see the module docstring for what counts)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in SOURCES else base)
+    return found
+
+
+IMPORTS = {module: _imports(module, path) for module, path in SOURCES.items()}
+
+
+def _rel(module: str) -> str:
+    return SOURCES[module].relative_to(ROOT).as_posix()
+
+
+def _is_private_hw(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "hw" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+
+
+def test_only_hw_imports_private_hw_modules():
+    offenders = sorted(f"{_rel(m)} imports {name}" for m, names in IMPORTS.items() for name in names
+                       if _is_private_hw(name) and m.split(".")[0] != "hw" and not m.startswith("tests.hw."))
+    assert not offenders, "import the public hw modules instead:\n" + "\n".join(offenders)
+
+
+def test_sim_imports_neither_hw_nor_torch():
+    offenders = sorted(f"{_rel(m)} imports {name}" for m, names in IMPORTS.items() if m.split(".")[0] == "sim"
+                       for name in names if name.split(".")[0] in ("hw", "torch", "triton"))
+    assert not offenders, "sim/ imports numpy/numba only:\n" + "\n".join(offenders)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None (iterative depth-first search)."""
+    state: dict[str, int] = {}          # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycles_inside_a_package(package):
+    members = {m for m in IMPORTS if m.split(".")[0] == package}
+    graph = {m: {n for n in IMPORTS[m] if n in members and n != m} for m in members}
+    cycle = _cycle(graph)
+    assert cycle is None, f"import cycle in {package}/: " + " -> ".join(cycle)
+
+
+def test_the_checks_see_imports():
+    """The rules are not vacuous: the import graph holds edges these tests rely on."""
+    assert "hw.layout" in IMPORTS["integration.pool"]
+    assert "hw.checks" in IMPORTS["hw.layout"]                         # a relative import, resolved
+    assert "integration.selfcheck" in IMPORTS["integration.gates"]     # a function-local import
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _is_private_hw("hw._logits_details.launch_config") and not _is_private_hw("hw.__init__")
