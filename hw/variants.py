@@ -23,9 +23,9 @@ from .targets import Op, Target, Variant
 REGISTRY: dict[Op, tuple[Variant, ...]] = {
     Op.PREFILL: (prefill_variants.FP8, prefill_variants.MXFP4_DOT_SCALED, prefill_variants.MXFP4_UNPACK,
                  prefill_variants.MXFP4_UNPACK_PTX),
-    Op.DECODE: (paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK,
-                paged_variants.MXFP4_UNPACK_PTX, paged_keys_m.FP8_VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT,
-                paged_keys_m.MXFP4_DOT_SCALED_VARIANT),
+    Op.DECODE: (paged_keys_m.FP8_VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT, paged_keys_m.MXFP4_DOT_SCALED_VARIANT,
+                paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK,
+                paged_variants.MXFP4_UNPACK_PTX),
     Op.TOPK: (topk_variants.PER_ROW, topk_variants.ROWS_TILE, radix_fast.VARIANT),
 }
 

@@ -8,9 +8,11 @@ that fails to compile or launch is recorded with its error and the sweep goes on
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
+from types import SimpleNamespace
 
 import click
 
@@ -19,10 +21,12 @@ from .runtime import choose_device
 
 #: prefill settings swept per variant: PrefillSettings field -> values (block_s 2 / 4 = 64 / 128 MMA rows at H32)
 PREFILL_GRID = {"block_s": (2, 4), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
-#: decode: persistent programs per SM (schedule), then PagedSettings fields
+#: decode: persistent programs per SM (schedule), then the fields of the variant's settings record it has
 DECODE_PROGRAMS_PER_SM = (4, 8)
 DECODE_WARPS = (4, 8)
 DECODE_TOKENS_PER_STEP = (128, 256, 512)
+DECODE_TILES = (2, 4, 8)          # keys-on-M variants: tiles of 64 keys per program
+DECODE_STAGES = (2, 3, 4)         # keys-on-M variants: software-pipeline depth
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
 
@@ -35,12 +39,12 @@ def _timed(fns, *, inner, replays) -> dict:
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
 
 
-def _prefill_rows(replays):
+def _prefill_rows(replays, names):
     from hw.logits import scorer_target
     from hw.targets import Op
     from hw.variants import variants
 
-    for v in variants(Op.PREFILL, target=scorer_target("cuda")):
+    for v in (v for v in variants(Op.PREFILL, target=scorer_target("cuda")) if not names or v.name in names):
         for values in itertools.product(*PREFILL_GRID.values()):
             setting = dict(zip(PREFILL_GRID, values))
             call, flops = prefill_inputs(v.kv_format, "cuda", variant=v.name, launch_settings=setting,
@@ -51,7 +55,19 @@ def _prefill_rows(replays):
             yield {"kernel": "prefill", "format": v.kv_format, "variant": v.name, **setting, **row}
 
 
-def _decode_rows(replays, *, warps_options, tokens_options):
+def _decode_grid(settings, warps_options, tokens_options) -> list[dict]:
+    """The settings to try for a decode variant whose default settings record is `settings`: persistent-kernel
+    variants sweep warps and pages per step, keys-on-M variants warps, tiles per program and pipeline stages."""
+    fields = {f.name for f in dataclasses.fields(settings)}
+    page = DECODE_SHAPE["page_size"]
+    if "pages_per_step" in fields:
+        grid = {"num_warps": warps_options, "pages_per_step": sorted({max(1, t // page) for t in tokens_options})}
+    else:
+        grid = {"num_warps": warps_options, "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def _decode_rows(replays, *, warps_options, tokens_options, names):
     import torch
 
     from hw.logits import scorer_target
@@ -59,10 +75,12 @@ def _decode_rows(replays, *, warps_options, tokens_options):
     from hw.variants import variants
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    page = DECODE_SHAPE["page_size"]
-    for v, per_sm in itertools.product(variants(Op.DECODE, target=scorer_target("cuda")), DECODE_PROGRAMS_PER_SM):
-        for warps, tokens in itertools.product(warps_options, tokens_options):
-            setting = {"num_warps": warps, "pages_per_step": max(1, tokens // page)}
+    target = scorer_target("cuda")
+    shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
+                            page_size=DECODE_SHAPE["page_size"])
+    chosen = [v for v in variants(Op.DECODE, target=target) if not names or v.name in names]
+    for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM):
+        for setting in _decode_grid(v.settings(target, shape), warps_options, tokens_options):
             sets = [decode_inputs(v.kv_format, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
                                   variant=v.name, launch_settings=setting, **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
@@ -70,7 +88,7 @@ def _decode_rows(replays, *, warps_options, tokens_options):
             if "time_us" in row:
                 row["GBps"] = sets[0][1] / row["time_us"] / 1e3
             yield {"kernel": "decode", "format": v.kv_format, "variant": v.name, "programs_per_sm": per_sm,
-                   "tokens_per_step": tokens, **setting, **row}
+                   **setting, **row}
             del sets
             torch.cuda.empty_cache()
 
@@ -90,8 +108,9 @@ def _best(rows, kernel):
 @click.option("--replays", default=20, show_default=True, help="Timed graph replays per setting (median).")
 @click.option("--decode-warps", type=int, multiple=True, help="decode: warps to try (default 4 and 8)")
 @click.option("--decode-tokens", type=int, multiple=True, help="decode: tokens a step to try (default 128 256 512)")
+@click.option("--variant", "names", multiple=True, help="only these variants (repeatable; default: all)")
 @click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
-def tune(only, replays, decode_warps, decode_tokens, json_out):
+def tune(only, replays, decode_warps, decode_tokens, names, json_out):
     """Sweep the prefill and decode launch settings of every scorer variant on the GPU; print the fastest setting
     per variant."""
     import torch
@@ -102,9 +121,9 @@ def tune(only, replays, decode_warps, decode_tokens, json_out):
     choose_device("cuda")
     kernels = [only] if only else ["prefill", "decode"]
     rows = []
-    sweeps = {"prefill": lambda: _prefill_rows(replays),
+    sweeps = {"prefill": lambda: _prefill_rows(replays, names),
               "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS,
-                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP)}
+                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP, names=names)}
     for kernel in kernels:
         for row in sweeps[kernel]():
             rows.append(row)

@@ -100,8 +100,11 @@ NVIDIA_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13
 UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -12   # covers the (33/32) D 2^-13 of D / 32 chained K groups
 MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
 MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
-TOKENS_PER_PROGRAM = 256             # default: 4 pages of 64 per program
-NUM_STAGES = {Target.NVIDIA: 3, Target.AMD: 2, Target.INTERPRETER: 1}
+#: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
+#: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
+TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
+NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
+              (Target.AMD, "mxfp4"): 2, (Target.INTERPRETER, "fp8"): 1, (Target.INTERPRETER, "mxfp4"): 1}
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
 #: 0 = the backend's default (on sm_90: no promotion, as production FP8 scorers run; declared_precision says what
 #: each choice declares).
@@ -484,7 +487,8 @@ def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int,
                     path: str | None = None, tokens_per_program: int | None = None, num_stages: int | None = None,
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). Tuning overrides:
-    tokens_per_program (default TOKENS_PER_PROGRAM: tiles = that // KEYS, at least 1), num_stages (NUM_STAGES),
+    tokens_per_program (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1), num_stages
+    (NUM_STAGES),
     num_warps (4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e. 32 registers a thread,
     else 8: at 64 x 128 on 4 warps, D 128, the MXFP4 kernel takes 224-228 registers on sm_90 and triton 3.9's FP8
     kernel spills 57 SGPRs on gfx950). ValueError as declared_precision."""
@@ -493,11 +497,11 @@ def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int,
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
     tile_pages = max(1, MIN_TILE_KEYS // page_size)
     keys = tile_pages * page_size
-    per_program = TOKENS_PER_PROGRAM if tokens_per_program is None else tokens_per_program
+    per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=min(MAX_TILES.value, max(1, per_program // keys)),
-        num_stages=NUM_STAGES[target] if num_stages is None else num_stages,
+        num_stages=NUM_STAGES[target, kv_format] if num_stages is None else num_stages,
         num_warps=(4 if keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8) if num_warps is None else num_warps,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
@@ -595,7 +599,7 @@ def isa_specs(kv_format: str | None = None) -> tuple[CompileSpec, ...]:
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_format: str, path: str | None, targets, summary: str) -> Variant:
+def _variant(name: str, kv_format: str, path: str | None, targets, default_on, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
         return keys_m_settings(target, kv_format, call.num_heads, call.next_n, call.page_size, path=path)
 
@@ -606,7 +610,7 @@ def _variant(name: str, kv_format: str, path: str | None, targets, summary: str)
                             target=target_of(c.out.device, paged_keys_m_kernel), path=path, settings=s)
 
     specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_format == "fp8")]
-    return Variant(name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=frozenset(),
+    return Variant(name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=default_on,
                    settings=settings, launch=launch,
                    precision=lambda head_dim, target: declared_precision(kv_format, head_dim, target, path),
                    isa_specs=lambda: tuple(isa_spec(*shape, target=t) for t in (Target.NVIDIA, Target.AMD)
@@ -614,9 +618,12 @@ def _variant(name: str, kv_format: str, path: str | None, targets, summary: str)
                    summary=summary)
 
 
-FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target),
+#: the default on NVIDIA (timed faster than the heads-on-M kernel there: docs/perf/h200-bench.md); AMD and the
+#: interpreter keep paged_variants' until measured
+_NVIDIA = frozenset({Target.NVIDIA})
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target), _NVIDIA,
                        "keys on the MMA's M axis, query rows on N, pipelined pages, grid from shapes")
-MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"],
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"], _NVIDIA,
                               "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), one FP8 MMA")
 MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
-                                    "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")
+                                    frozenset(), "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")

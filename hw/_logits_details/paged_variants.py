@@ -96,7 +96,7 @@ def _variant(name: str, kv_format: str, path: str, mx_path, targets, default_on,
         summary=summary)
 
 
-FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, ALL_TARGETS, fp8_precision,
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, {Target.AMD, Target.INTERPRETER}, fp8_precision,
                (("fp8", 128, 64, 1), ("fp8", 64, 16, 1)), "FP8 e4m3 q.k on the MMA, the key scale after it")
 MXFP4_DOT_SCALED = _variant(
     "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(),
@@ -108,6 +108,6 @@ MXFP4_UNPACK = _variant(
     "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")
 MXFP4_UNPACK_PTX = _variant(
-    "mxfp4_unpack_ptx", "mxfp4", "unpack_ptx", MX_UNPACK_PTX, {Target.NVIDIA}, {Target.NVIDIA}, block_sum_precision,
+    "mxfp4_unpack_ptx", "mxfp4", "unpack_ptx", MX_UNPACK_PTX, {Target.NVIDIA}, (), block_sum_precision,
     (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1)),
     "mxfp4_unpack with the nibble conversion 4 bytes per PTX instruction (NVIDIA only)")

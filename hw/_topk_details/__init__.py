@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import triton
 
 from ..isa_spec import CompileSpec
-from .kernel import top_k_per_row_kernel, top_k_rows_kernel
+from .kernel import top_k_per_row_kernel
 
 MAX_K = 2048       # the reference models' k; the sort of the selected K_PAD slots lives in registers
 MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
@@ -66,18 +66,6 @@ def _spec(k: int, has_starts: bool) -> CompileSpec:
     )
 
 
-def _rows_spec(rows: int, width: int, k: int) -> CompileSpec:
-    """top_k_rows_kernel is launched only by the interpreter; this spec keeps it compilable without scratch for
-    GPUs at a small tile of short rows. Not tuned for GPUs: the tile is sensitive (4 rows x 256 columns at k = 16
-    gets a 16-byte stack frame from ptxas at 8 warps; at 4 warps gfx950 spills SGPRs)."""
-    tiling = rows_tiling(rows, width, k)
-    return CompileSpec(
-        label=f"topk/rows{tiling.rows}/W{width}/k{k}/ragged",
-        fn=top_k_rows_kernel,
-        signature=_SIGNATURE | {"rows": "i32"},
-        constexprs={"HAS_STARTS": True, "K_PAD": k_pad(k), "ROWS": tiling.rows, "BLOCK": tiling.block,
-                    "RANK_CHUNK": tiling.rank_chunk},
-        num_warps=NUM_WARPS,
-    )
+
 
 ISA_SPECS = ()   # the top-k variants' cross-compile specs come with their records in hw.variants

@@ -12,7 +12,7 @@ import torch
 import triton
 
 from ..targets import Op, Target, Variant
-from . import BLOCK, MAX_K, NUM_WARPS, RowsTiling, _rows_spec, _spec, k_pad, rows_tiling
+from . import BLOCK, MAX_K, NUM_WARPS, RowsTiling, _spec, k_pad, rows_tiling
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
 ALL_TARGETS = frozenset(Target)
@@ -62,8 +62,10 @@ PER_ROW = Variant(
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
     isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
     summary="one program per row: radix select, compaction, tl.sort of the selected")
+#: the interpreter only: its tiles are sized for NumPy, not for a GPU's registers
 ROWS_TILE = Variant(
-    name="rows_tile", op=Op.TOPK, kv_format=None, targets=ALL_TARGETS, default_on=frozenset({Target.INTERPRETER}),
+    name="rows_tile", op=Op.TOPK, kv_format=None, targets=frozenset({Target.INTERPRETER}),
+    default_on=frozenset({Target.INTERPRETER}),
     settings=lambda target, call: rows_tiling(*call.logits.shape, call.k), launch=_launch_rows_tile, precision=None,
-    isa_specs=lambda: (_rows_spec(2, 512, 16),),
+    isa_specs=lambda: (),
     summary="many rows per program, rank placement instead of tl.sort (the interpreter)")
