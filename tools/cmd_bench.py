@@ -150,11 +150,26 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
 INPUT_SETS = 4  # 4 x 35.7 MB (MXFP4, the default shape) > the H200's 60 MB L2
 
 
-def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, **shape):
-    """Time hw.fp8_fp4_paged_mqa_logits on one shape over INPUT_SETS input sets; return time and bytes moved."""
+def decode_step(call, *, batch, next_n, context, topk_k, **_):
+    """call (decode_inputs') followed by the hook's top-k of every row over its visible columns: the decode step
+    of one indexer layer, as integration's hook runs it."""
+    import torch
+
+    import hw
+
+    rows = torch.arange(next_n, device="cuda", dtype=torch.int32).repeat(batch)
+    lengths = (context - next_n + 1 + rows).clamp_min(0)
+    return lambda: hw.top_k_per_row(call(), lengths, topk_k)
+
+
+def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
+                 **shape):
+    """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
+    step, decode_step); return time and bytes moved."""
     sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, variant=variant, **shape)
-            for i in range(INPUT_SETS)]
-    us = _graph_time_us([call for call, _ in sets], inner=inner, replays=replays)
+            for i in range(input_sets)]
+    calls = [call if not topk_k else decode_step(call, topk_k=topk_k, **shape) for call, _ in sets]
+    us = _graph_time_us(calls, inner=inner, replays=replays)
     moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
             "MB_moved": moved / 1e6, "GBps": moved / us / 1e3}
@@ -282,6 +297,12 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
             row["variant"] = label
             row["frac_bf16_mm"] = row["TFLOPs"] / ceil["bf16_TFLOPs"]
             prefill.append(row)
+    step = []
+    for kv_dtype in (("fp8", "mxfp4") if topk_k else ()):
+        click.echo(f"decode step {kv_dtype} (scorer + top-k) ...", err=True)
+        row = _decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
+                           **shape)
+        step.append(row | {"variant": f"{kv_dtype} scorer + top-k {topk_k}"})
     topk = []
     for v in (variants(Op.TOPK, target=target) if topk_k else ()):
         click.echo(f"top-k {v.name} ...", err=True)
@@ -294,6 +315,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
     click.echo(_table(decode, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
                                ("MB moved", "MB_moved", ".2f"), ("GB/s", "GBps", ".0f"),
                                ("of copy", "frac_copy", ".0%"), ("vs fp8", "speedup_vs_fp8", ".2f")]))
+    if step:
+        click.echo(f"decode step (default scorer + default top-k, k = {topk_k}), as the hook runs it:")
+        click.echo(_table(step, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
     if prefill:
         click.echo(f"prefill {prefill_queries} x {prefill_queries} x H{heads}/D{head_dim}:")
         click.echo(_table(prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
@@ -305,6 +329,6 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
                                  ("vs torch", "vs_torch", ".2f")]))
     if json_out:
         with open(json_out, "w") as f:
-            json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "prefill": prefill,
-                       "topk": topk, "versions": {"torch": torch.__version__,
+            json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "decode_step": step,
+                       "prefill": prefill, "topk": topk, "versions": {"torch": torch.__version__,
                                                   "triton": __import__("triton").__version__}}, f, indent=2)
