@@ -59,6 +59,9 @@ from .._quant_details.page_offsets import (
     fp8_scale_base,
     fp8_scale_token_offset,
     fp8_value_offsets,
+    mxfp4_scale_base,
+    mxfp4_scale_block_stride,
+    mxfp4_scale_offset,
     mxfp4_scale_offsets,
     mxfp4_value_block_stride,
     mxfp4_value_offsets,
@@ -86,6 +89,11 @@ F32_QNAN = tl.constexpr(0x7FC00000)
 WORD_BYTES = tl.constexpr(4)
 BLOCK_WORDS = tl.constexpr(4)        # 32-bit words of codes per 32-element block
 MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fallback mask
+MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
+MX_SCALES_BROADCAST = tl.constexpr(0)  # split fold: block tables placed by a reshape of the broadcast blocks
+MX_SCALES_SELECT = tl.constexpr(1)     # split fold: packed per-key scale words, a per-column select
+MX_WIDE_TILE = tl.constexpr(0)       # wide keys: a per-tile reduction inside the fold loop
+MX_WIDE_KEYS = tl.constexpr(1)       # wide keys: per-key bits, reduced once after the fold loop
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
 INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
@@ -179,33 +187,37 @@ def _fold_tables(rel):
     return d * 0x01010100 + 0x0C080000, d * 0x01010101 + 0x1C181410
 
 
-#: _fold_words_ptx's body: $0, $1 = the output words, $2 = the code word, $3, $4 = the lo, hi tables. prmt picks
-#: bytes of {lo, hi} (0..7) by the codes' low 3 bits (0x7777 keeps each selector's sign-replicate bit 3 clear). The
-#: sign bits t = code word & 0x88888888 hold element i's sign at bit 4i + 3, u = t << 4 at bit 4i + 7: bit 7 of
-#: bytes u.0, t.0, u.1, t.1 (prmt 0x5140) are the signs of elements 0..3, of u.2, t.2, u.3, t.3 (0x7362) those of
-#: 4..7; lop3 0xF8 = a | (b & c) keeps only those bits and merges them with the magnitudes.
-FOLD_PTX = tl.constexpr("""
-{
-.reg .b32 s, m, t, u, g;
-and.b32 t, $2, 0x88888888;
-shl.b32 u, t, 4;
-and.b32 s, $2, 0x7777;
-prmt.b32 m, $3, $4, s;
-prmt.b32 g, u, t, 0x5140;
+#: The fold of one 32-bit word of codes ($2; code i in bits 4i..4i+3) by the byte tables {lo, hi} of its block into
+#: $0 (e4m3 bytes of codes 0..3) and $1 (codes 4..7), 9 instructions. prmt picks bytes of {lo, hi} (0..7) by the
+#: codes' low 3 bits (0x77777777 keeps each selector's sign-replicate bit 3 clear; prmt reads the low 16 bits, so
+#: the high half is shifted down). Element i's sign is bit 4i + 3 of the word, bit 4i + 7 of u = word << 4: bit 7
+#: of bytes u.0, word.0, u.1, word.1 (prmt 0x5140) are the signs of elements 0..3, of u.2, word.2, u.3, word.3
+#: (0x7362) those of 4..7; lop3 0xF8 = a | (b & c) keeps only those bits and merges them with the magnitudes.
+_FOLD_BODY = """
+shl.b32 u, $2, 4;
+and.b32 s, $2, 0x77777777;
+prmt.b32 m, {lo}, {hi}, s;
+prmt.b32 g, u, $2, 0x5140;
 lop3.b32 $0, m, g, 0x80808080, 0xF8;
-shr.u32 s, $2, 16;
-and.b32 s, s, 0x7777;
-prmt.b32 m, $3, $4, s;
-prmt.b32 g, u, t, 0x7362;
+shr.u32 s, s, 16;
+prmt.b32 m, {lo}, {hi}, s;
+prmt.b32 g, u, $2, 0x7362;
 lop3.b32 $1, m, g, 0x80808080, 0xF8;
-}
-""")
+"""
+#: _fold_words_ptx's body: $3, $4 = the tables (_fold_tables).
+FOLD_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", hi="$4") + "}\n")
+#: _fold_bytes_ptx's body: $3 = the block's table byte d in all 4 bytes (4 packed uint8 of one block); the tables
+#: of _fold_tables from it in 3 instructions (lo = (d * 0x01010101 & ~0xFF) + 0x0C080000, hi = d * 0x01010101 +
+#: 0x1C181410), then the fold: 12 instructions per 8 codes.
+FOLD_BYTES_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
+                              "add.u32 lo, lo, 0x0C080000;\nadd.u32 hi, $3, 0x1C181410;"
+                              + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
 
 
 @triton.jit
 def _fold_words_ptx(words, lo, hi):
     """int32 words of 8 e2m1 codes (code i in bits 4i..4i+3) + their block's tables -> (e4m3 bytes of codes 0..3,
-    e4m3 bytes of codes 4..7) as int32 words (code i in byte i % 4); 11 instructions per 8 codes (FOLD_PTX)."""
+    e4m3 bytes of codes 4..7) as int32 words (code i in byte i % 4); 9 instructions per 8 codes (FOLD_PTX)."""
     return tl.inline_asm_elementwise(asm=FOLD_PTX, constraints="=r,=r,r,r,r", args=[words, lo, hi],
                                      dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
 
@@ -256,6 +268,90 @@ def _fold(words, rel, MX_MODE: tl.constexpr):
     return _words_to_e4m3(out_lo, out_hi)
 
 
+@triton.jit
+def _fold_bytes_ptx(codes, d8):
+    """_fold_split's inline PTX (FOLD_BYTES_PTX): 4 packed uint8 of codes and of their block's d per instance."""
+    return tl.inline_asm_elementwise(asm=FOLD_BYTES_PTX, constraints="=r,=r,r,r", args=[codes, d8],
+                                     dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
+
+
+@triton.jit
+def _bytes_to_words(x):
+    """uint8 [R, 4W] -> int32 [R, W]: byte 4a + i is byte i of word a."""
+    R: tl.constexpr = x.shape[0]
+    W: tl.constexpr = x.shape[1] // WORD_BYTES
+    even, odd = tl.split(tl.reshape(x.to(tl.int32), (R, W, 2, 2)))     # bytes (4a, 4a + 2), (4a + 1, 4a + 3)
+    b0, b2 = tl.split(even)
+    b1, b3 = tl.split(odd)
+    return b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
+
+
+@triton.jit
+def _fold_split(codes, d8, MX_MODE: tl.constexpr):
+    """uint8 [R, C] codes (byte j: elements 2j, 2j + 1 of the row; C % 4 == 0) + uint8 [R, C] table byte
+    d = (rel + 12) << 3 of each byte's block (equal within each aligned 4 bytes) -> (first, second) uint8 [R, C]
+    e4m3 bytes of e2m1 * 2^(rel + 6) (exact) in the split K order: column 4a + i of `first` is element 8a + i, of
+    `second` element 8a + 4 + i (i < 4). Both stay in the codes' layout (no layout conversion)."""
+    if MX_MODE == MX_FOLD_PTX:
+        return _fold_bytes_ptx(codes, d8)
+    else:
+        d = _bytes_to_words(d8) & 0xFF
+        lo, hi = _fold_tables((d >> 3) - FOLD_TABLE_BIAS)
+        out_lo, out_hi = _fold_words_tl(_bytes_to_words(codes), lo, hi)
+        R: tl.constexpr = codes.shape[0]
+        C: tl.constexpr = codes.shape[1]
+        first = tl.reshape(tl.join(tl.join(out_lo & 0xFF, (out_lo >> 16) & 0xFF),
+                                   tl.join((out_lo >> 8) & 0xFF, (out_lo >> 24) & 0xFF)), (R, C))
+        second = tl.reshape(tl.join(tl.join(out_hi & 0xFF, (out_hi >> 16) & 0xFF),
+                                    tl.join((out_hi >> 8) & 0xFF, (out_hi >> 24) & 0xFF)), (R, C))
+        return first.to(tl.uint8), second.to(tl.uint8)
+
+
+@triton.jit
+def _table_byte(rel):
+    """int32 rel in [-FOLD_SPAN, 0] -> the uint8 table byte d = (rel + 12) << 3 (_fold_tables)."""
+    return ((rel + FOLD_TABLE_BIAS) << 3).to(tl.uint8)
+
+
+@triton.jit
+def _d8_broadcast(rel, C: tl.constexpr):
+    """int32 [R, D/32] per-block rel -> uint8 [R, C = D/2] table byte of each code byte's block, by a reshape of
+    the broadcast blocks (a layout conversion through shared memory on GPUs)."""
+    R: tl.constexpr = rel.shape[0]
+    G: tl.constexpr = rel.shape[1]
+    return tl.reshape(tl.broadcast_to(_table_byte(rel)[:, :, None], (R, G, C // G)), (R, C))
+
+
+@triton.jit
+def _scale_byte(sw, g: tl.constexpr):
+    """int32 byte g of the packed scale words sw (int64 [R], byte g = block g's E8M0)."""
+    return ((sw >> (8 * g)) & 0xFF).to(tl.int32)
+
+
+@triton.jit
+def _scale_max_min(sw, G: tl.constexpr):
+    """int32 [R] largest and smallest of the G E8M0 bytes packed in sw: two elementwise passes, no reduction."""
+    s_max = _scale_byte(sw, 0)
+    s_min = s_max
+    for g in tl.static_range(1, G):
+        s_max = tl.maximum(s_max, _scale_byte(sw, g))
+        s_min = tl.minimum(s_min, _scale_byte(sw, g))
+    return s_max, s_min
+
+
+@triton.jit
+def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
+    """uint8 [R, C = D/2] table byte of each code byte's block from the packed scale words sw (int64 [R]) and the
+    keys' largest scale: each column takes its block's [R] value by a select on the column's (compile-time) block,
+    so the result is built in whatever layout its consumer has (no layout conversion)."""
+    col_block = tl.arange(0, C) // (C // G)
+    d8 = tl.zeros((sw.shape[0], C), tl.uint8)
+    for g in tl.static_range(G):
+        d_g = _table_byte(tl.maximum(_scale_byte(sw, g) - s_max, -FOLD_SPAN))
+        d8 = tl.where(col_block[None, :] == g, d_g[:, None], d8)
+    return d8
+
+
 # ============================================================================================ tile pieces
 @triton.jit
 def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
@@ -270,12 +366,18 @@ def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr,
 
 
 @triton.jit
-def _dot(a, b, PROMOTE_K: tl.constexpr):
-    """tl.dot(a, b), promoting FP8 partial sums to fp32 every PROMOTE_K products when PROMOTE_K > 0."""
+def _dot(a, b, acc, PROMOTE_K: tl.constexpr):
+    """tl.dot(a, b, acc) (acc None: a zero accumulator), promoting FP8 partial sums to fp32 every PROMOTE_K
+    products when PROMOTE_K > 0."""
     if PROMOTE_K > 0:
-        return tl.dot(a, b, max_num_imprecise_acc=PROMOTE_K)
+        return tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE_K)
     else:
-        return tl.dot(a, b)
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _bit_or(a, b):
+    return a | b
 
 
 @triton.jit
@@ -352,6 +454,26 @@ def _mx_keys(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, 
     return words, scales.to(tl.int32)
 
 
+
+@triton.jit
+def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, TILED: tl.constexpr):
+    """A tile's block scales packed per key: int64 [KEYS], byte g = block g's E8M0 byte (masked keys: 127 in every
+    byte of the D/32). Planar with D % 128 == 0: one 32-bit load per 4 blocks (a token's scale bytes are contiguous
+    and 4-byte aligned; the pipeliner can copy them asynchronously); else one byte load per block."""
+    G: tl.constexpr = D // MX_BLOCK
+    token = cache_ptr + page_off + mxfp4_scale_base(P, D) + mxfp4_scale_offset(t_in, 0, P, D, TILED)
+    sw = tl.zeros(t_in.shape, tl.int64)
+    if TILED or (D // (WORD_BYTES * MX_BLOCK)) * (WORD_BYTES * MX_BLOCK) != D:
+        for g in tl.static_range(G):
+            byte = tl.load(token + g * mxfp4_scale_block_stride(P, TILED), mask=k_ok, other=E8M0_ONE)
+            sw = sw | (byte.to(tl.int64) << (8 * g))
+    else:
+        for w in tl.static_range(G // WORD_BYTES):
+            word = tl.load(token.to(tl.pointer_type(tl.int32)) + w, mask=k_ok, other=E8M0_ONE * 0x01010101)
+            sw = sw | ((word.to(tl.int64) & 0xFFFFFFFF) << (32 * w))
+    return sw
+
+
 # ============================================================================================ the kernel
 @triton.jit
 def paged_keys_m_kernel(
@@ -362,7 +484,7 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr,
+    PROMOTE_K: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SCALES: tl.constexpr, MX_WIDE: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride); w: fp32 [B*N, H]; ctx: int32 [B] or [B, N]; bt: int32
@@ -405,7 +527,7 @@ def paged_keys_m_kernel(
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
                                   .to(tl.pointer_type(tl.float32)), mask=k_ok, other=0.0)
-                logits = _head_sum(_dot(k, qt, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
+                logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
                 tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
         elif MX_MODE == MX_DOT_SCALED:
             j = tl.arange(0, D // 2)
@@ -425,33 +547,71 @@ def paged_keys_m_kernel(
                 tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
             # the query rows, converted once
+            g_idx = tl.arange(0, D // MX_BLOCK)
             q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
             sq_max = tl.max(qs, axis=1)
             q_nan = sq_max == E8M0_NAN
             q_wide = tl.max((row_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32)) > 0
             c = tl.max(tl.where(row_ok & ~q_nan, sq_max, 0))
             w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
-            qt = tl.trans(_fold(q_words, tl.maximum(qs - sq_max[:, None], -FOLD_SPAN), MX_MODE))\
-                .to(tl.float8e4nv, bitcast=True)                                             # [D, NH]
+            q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
+            SPLIT: tl.constexpr = MX_SPLIT != 0 and D >= 2 * MIN_SPLIT_K
+            if SPLIT:           # two K = D/2 operands in the split order (_fold_split)
+                jb = tl.arange(0, D // 2)
+                q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0)
+                q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
+                qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                             # [D/2, NH]
+                qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
+            else:
+                qt = tl.trans(_fold(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)  # [D, NH]
 
-            # the fold loop; a tile with a wide key is left to the exact pass (bit i of wide_tiles)
-            wide_tiles = 0
+            # the fold loop; the tiles holding a wide key are left to the exact pass (bit i of wide_tiles)
+            if MX_WIDE == MX_WIDE_TILE:
+                wide_tiles = 0
+            else:
+                wide_keys = tl.zeros((KEYS,), tl.int32)     # bit i: the key's block scales in tile i are wide
             for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
                 page_first = first + i * TILE_PAGES
                 tok = page_first * P + t
                 k_ok = tok < vis_max
                 page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
-                k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
-                sk_max = tl.max(ks, axis=1)
+                if SPLIT:
+                    kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
+                                 mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
+                    if MX_SCALES == MX_SCALES_BROADCAST:
+                        ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g_idx, P, D, TILED),
+                                     mask=k_ok[:, None], other=E8M0_ONE).to(tl.int32)         # [KEYS, D/32]
+                        sk_max = tl.max(ks, axis=1)
+                        sk_min = tl.min(ks, axis=1)
+                        d8 = _d8_broadcast(tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), D // 2)
+                    else:
+                        sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                        sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
+                        d8 = _d8_select(sw, sk_max, D // 2, D // MX_BLOCK)
+                    k1, k2 = _fold_split(kb, d8, MX_MODE)
+                    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+                    acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
+                else:
+                    k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                    sk_max = tl.max(ks, axis=1)
+                    sk_min = tl.min(ks, axis=1)
+                    k8 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE)
+                    acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
                 k_nan = sk_max == E8M0_NAN
-                wide = tl.max((~k_nan & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)).to(tl.int32))      # 0 | 1
-                k8 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE).to(tl.float8e4nv,
-                                                                                                bitcast=True)
+                wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
                 k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
-                logits = _head_sum(_dot(k8, qt, PROMOTE_K), w_fold, N_PAD, H_PAD) * k_factor[:, None]
-                stored = tl.where(wide == 0, visible, 0)
-                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < stored[None, :])
-                wide_tiles = wide_tiles | (wide << i)
+                logits = _head_sum(acc, w_fold, N_PAD, H_PAD) * k_factor[:, None]
+                if MX_WIDE == MX_WIDE_TILE:
+                    wide = tl.max(wide_key.to(tl.int32))                                      # 0 | 1
+                    stored = tl.where(wide == 0, visible, 0)
+                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < stored[None, :])
+                    wide_tiles = wide_tiles | (wide << i)
+                else:
+                    tl.store(out_cols + tok[:, None], logits,
+                             mask=(tok[:, None] < visible[None, :]) & ~wide_key[:, None])
+                    wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
+            if MX_WIDE != MX_WIDE_TILE:
+                wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
 
             # the exact pass: every tile of a wide query, else the tiles with a wide key
             if q_wide | (wide_tiles != 0):
@@ -481,6 +641,11 @@ class KeysMSettings:
     num_warps: int
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
+    # MXFP4 fold path only (constexpr levers of the hot loop; the module docstring says what each does):
+    mx_split: int = 1   # 1: two K = D/2 MMAs on the split K order (D >= 64), codes converted as packed bytes;
+                        # 0: one K = D MMA on the natural order (the converted words reordered to bytes)
+    mx_scales: int = MX_SCALES_SELECT.value    # split only: MX_SCALES_BROADCAST | MX_SCALES_SELECT
+    mx_wide: int = MX_WIDE_KEYS.value          # MX_WIDE_TILE | MX_WIDE_KEYS
 
 
 def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int, page_size: int, *,
@@ -555,7 +720,8 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
-        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, num_warps=s.num_warps,
+        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, MX_SPLIT=s.mx_split,
+        MX_SCALES=s.mx_scales, MX_WIDE=s.mx_wide, num_warps=s.num_warps,
     )
 
 
@@ -578,7 +744,8 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_format == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k},
+                    "PROMOTE_K": s.promote_k, "MX_SPLIT": s.mx_split, "MX_SCALES": s.mx_scales,
+                    "MX_WIDE": s.mx_wide},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
