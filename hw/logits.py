@@ -206,8 +206,8 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) -> torch.Tens
 
     block_kv must be the page size P of the cache the scorer reads (one item = one page). num_sms is the number of
     persistent programs, not necessarily the SM count: programs run their items one after another, so several per
-    SM hide the latency (H200, B64/H32/D128/ctx 8192/P 64, graph-replayed, one page a step: FP8 83 us with 132
-    programs, 34 us with 528; 4 x the SM count is a good default).
+    SM hide the latency (integration.schedule.default_num_sms). The keys-on-M decode variants size their grid
+    from the shapes instead and do not read the schedule.
     """
     check_tensor("context_lens", context_lens, dtypes=torch.int32, contiguous=True)
     if context_lens.dim() not in (1, 2) or (context_lens.dim() == 2 and context_lens.shape[1] < 1):

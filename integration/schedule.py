@@ -20,8 +20,8 @@ import hw
 from hw.checks import check_tensor
 
 CPU_NUM_PROGRAMS = 4   # the interpreter runs programs one after another: a few programs keep the grid cheap
-# Programs per SM/CU of the persistent decode grid. H200, B64/H32/D128/ctx 8192 FP8 decode: 83 us with 132
-# programs, 34 us with 528 (several resident programs hide the page-load latency).
+# Programs per SM/CU of the persistent decode grid: several resident programs hide the page-load latency
+# (docs/perf/h200-first-numbers.md)
 PROGRAMS_PER_SM = 4
 
 

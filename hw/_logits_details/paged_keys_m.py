@@ -25,8 +25,8 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
       e4m3(e2m1 * 2^(rel + 6)), rel = s_g - smax, exact as a normal e4m3 for -FOLD_SPAN <= rel <= 0 (12 binades;
       6 * 2^6 = 384 <= 448). Per 32-bit word of codes (8 elements), two byte-permute lookups into an 8-entry table
       built from the block's rel give the magnitudes of 4 elements each, two more the signs (`prmt`, inline PTX,
-      11 instructions per 8 elements, MX_FOLD_PTX); MX_FOLD_TL is the same table lookup in portable Triton integer
-      ops (the interpreter cannot run inline assembly). Then one K = D FP8 MMA on the natural element order, and
+      9 instructions per 8 elements, MX_FOLD_PTX); MX_FOLD_TL is the same table lookup in portable Triton integer
+      ops (the interpreter cannot run inline assembly). Then FP8 MMAs (the K order below), and
           q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
       with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
       2^(skmax + c - 266) applied to the key after the head sum. A key whose block scales span more than FOLD_SPAN
@@ -34,7 +34,24 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
       operands e4m3(e2m1 * 2^-5) (exact), per block g one K = D MMA of the keys against the query operand with
       every block but g zeroed (the exact block sum: 32 products, at most 13 significant bits), times 2^10 and the
       two E8M0 factors in fp32, D/32 fp32 adds. It runs after the pipelined loop, for the tiles that hold such a
-      key (every tile of the program for such a query row); the loop stores nothing for those tiles.
+      key (every tile of the program for such a query row), and writes every visible key of those tiles.
+      Levers of the fold loop (KeysMSettings; all exact, same declared precision):
+        mx_split   1: the codes are converted as packed bytes (4 per 32-bit register, 12 instructions per word with
+                   the block's tables built in place, FOLD_BYTES_PTX) into two operands in the split K order
+                   (word a's elements 8a + 0..3 at columns 4a + 0..3 of the first, 8a + 4..7 of the second; the
+                   query is converted the same way) and two K = D/2 MMAs sum them: the conversion stays in the
+                   layout of its codes, which the compiler can load straight into the MMA operand layout. D >= 64
+                   (D = 32 keeps the natural order). 0: one K = D MMA on the natural order (the converted words
+                   reordered to bytes through a join / reshape).
+        mx_scales  (split only) how each code word gets its block's table: MX_SCALES_BROADCAST a reshape of the
+                   per-block table bytes broadcast over the block; MX_SCALES_SELECT per-key scale words (32-bit
+                   loads of 4 scales on the planar layout with D % 128 == 0) and a per-column select;
+                   MX_SCALES_PRMT per-key packed table bytes from which each code word picks its own (one prmt,
+                   FOLD_SELECT_PTX).
+        mx_wide    MX_WIDE_TILE: a per-tile reduction of the keys' wide flags inside the loop, whose tiles it
+                   then does not store; MX_WIDE_KEYS: per-key flags (the loop does not store wide keys) collected
+                   as bits and reduced once after the loop; MX_WIDE_OVERWRITE: as MX_WIDE_KEYS, but the loop
+                   stores every visible key and the exact pass overwrites its tiles after a CTA barrier.
   "dot_scaled": MX_DOT_SCALED (AMD, the interpreter) tl.dot_scaled(K codes, K scales, "e2m1", Q^T codes, Q scales,
       "e2m1"): gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; its logits (all logits of the row) are NaN, as in sim.scorer.
@@ -92,8 +109,11 @@ MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fa
 MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
 MX_SCALES_BROADCAST = tl.constexpr(0)  # split fold: block tables placed by a reshape of the broadcast blocks
 MX_SCALES_SELECT = tl.constexpr(1)     # split fold: packed per-key scale words, a per-column select
+MX_SCALES_PRMT = tl.constexpr(2)       # split fold: packed per-key table bytes, each code word's own prmt
 MX_WIDE_TILE = tl.constexpr(0)       # wide keys: a per-tile reduction inside the fold loop
 MX_WIDE_KEYS = tl.constexpr(1)       # wide keys: per-key bits, reduced once after the fold loop
+MX_WIDE_OVERWRITE = tl.constexpr(2)  # as MX_WIDE_KEYS, but the loop stores wide keys too (no mask; the exact
+                                     # pass overwrites them after a CTA barrier)
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
 INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
@@ -212,6 +232,13 @@ FOLD_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", 
 FOLD_BYTES_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
                               "add.u32 lo, lo, 0x0C080000;\nadd.u32 hi, $3, 0x1C181410;"
                               + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
+#: _fold_split_select's body (pack 4, so each int32 argument is 4 operands of one value): $3 = the key's table
+#: bytes d of blocks 0..3, $7 of blocks 4..7, $11 = the word's block * 0x1111; one prmt puts the word's d in all 4
+#: bytes, then FOLD_BYTES_PTX: 13 instructions per 8 codes.
+FOLD_SELECT_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi, dx;\nprmt.b32 dx, $3, $7, $11;\n"
+                               "and.b32 lo, dx, 0xFFFFFF00;\nadd.u32 lo, lo, 0x0C080000;\nadd.u32 hi, dx, 0x1C181410;"
+                               + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
+FOLD_SELECT_CONSTRAINTS = tl.constexpr("=r,=r," + ",".join(["r"] * 13))   # 2 outputs; codes, 3 x 4 int32
 
 
 @triton.jit
@@ -305,6 +332,35 @@ def _fold_split(codes, d8, MX_MODE: tl.constexpr):
         second = tl.reshape(tl.join(tl.join(out_hi & 0xFF, (out_hi >> 16) & 0xFF),
                                     tl.join((out_hi >> 8) & 0xFF, (out_hi >> 24) & 0xFF)), (R, C))
         return first.to(tl.uint8), second.to(tl.uint8)
+
+
+@triton.jit
+def _fold_split_select(codes, d_words, MX_MODE: tl.constexpr):
+    """_fold_split with the table bytes given per row: d_words int64 [R], byte g = d of block g (at most 8 blocks).
+    Each code word picks its block's byte itself (one prmt in FOLD_SELECT_PTX), so nothing of size [R, C] but the
+    codes enters the conversion."""
+    R: tl.constexpr = codes.shape[0]
+    C: tl.constexpr = codes.shape[1]
+    col_block = tl.arange(0, C) // (MX_BLOCK // 2)
+    if MX_MODE == MX_FOLD_PTX:
+        d_lo = tl.broadcast_to(d_words.to(tl.int32)[:, None], (R, C))
+        d_hi = tl.broadcast_to((d_words >> 32).to(tl.int32)[:, None], (R, C))
+        sel = tl.broadcast_to((col_block * 0x1111)[None, :], (R, C))
+        return tl.inline_asm_elementwise(asm=FOLD_SELECT_PTX, constraints=FOLD_SELECT_CONSTRAINTS,
+                                         args=[codes, d_lo, d_hi, sel], dtype=(tl.uint8, tl.uint8), is_pure=True,
+                                         pack=4)
+    else:
+        return _fold_split(codes, ((d_words[:, None] >> (8 * col_block[None, :])) & 0xFF).to(tl.uint8), MX_MODE)
+
+
+@triton.jit
+def _d_words(sw, s_max, G: tl.constexpr):
+    """int64 [R] table bytes d of the G blocks (byte g: block g) from the packed scale words and the largest."""
+    dw = tl.zeros(sw.shape, tl.int64)
+    for g in tl.static_range(G):
+        d_g = (tl.maximum(_scale_byte(sw, g) - s_max, -FOLD_SPAN) + FOLD_TABLE_BIAS) << 3
+        dw = dw | (d_g.to(tl.int64) << (8 * g))
+    return dw
 
 
 @triton.jit
@@ -584,11 +640,14 @@ def paged_keys_m_kernel(
                         sk_max = tl.max(ks, axis=1)
                         sk_min = tl.min(ks, axis=1)
                         d8 = _d8_broadcast(tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), D // 2)
+                        k1, k2 = _fold_split(kb, d8, MX_MODE)
                     else:
                         sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
                         sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
-                        d8 = _d8_select(sw, sk_max, D // 2, D // MX_BLOCK)
-                    k1, k2 = _fold_split(kb, d8, MX_MODE)
+                        if MX_SCALES == MX_SCALES_SELECT:
+                            k1, k2 = _fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
+                        else:
+                            k1, k2 = _fold_split_select(kb, _d_words(sw, sk_max, D // MX_BLOCK), MX_MODE)
                     acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
                     acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
                 else:
@@ -606,15 +665,20 @@ def paged_keys_m_kernel(
                     stored = tl.where(wide == 0, visible, 0)
                     tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < stored[None, :])
                     wide_tiles = wide_tiles | (wide << i)
-                else:
+                elif MX_WIDE == MX_WIDE_KEYS:
                     tl.store(out_cols + tok[:, None], logits,
                              mask=(tok[:, None] < visible[None, :]) & ~wide_key[:, None])
+                    wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
+                else:           # MX_WIDE_OVERWRITE: a wide key's logits are stored, then overwritten
+                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
                     wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
             if MX_WIDE != MX_WIDE_TILE:
                 wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
 
             # the exact pass: every tile of a wide query, else the tiles with a wide key
             if q_wide | (wide_tiles != 0):
+                if MX_WIDE == MX_WIDE_OVERWRITE:
+                    tl.debug_barrier()      # the fold loop's stores of this program land before the exact pass's
                 q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
                 q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
                 for i in tl.range(0, num_tiles, num_stages=1):
@@ -641,11 +705,11 @@ class KeysMSettings:
     num_warps: int
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    # MXFP4 fold path only (constexpr levers of the hot loop; the module docstring says what each does):
-    mx_split: int = 1   # 1: two K = D/2 MMAs on the split K order (D >= 64), codes converted as packed bytes;
-                        # 0: one K = D MMA on the natural order (the converted words reordered to bytes)
-    mx_scales: int = MX_SCALES_SELECT.value    # split only: MX_SCALES_BROADCAST | MX_SCALES_SELECT
-    mx_wide: int = MX_WIDE_KEYS.value          # MX_WIDE_TILE | MX_WIDE_KEYS
+    # MXFP4 fold path only: constexpr levers of the fold loop (defaults: the fewest shared-memory round trips and
+    # barriers per tile in the sm_90 cross-compile; the module docstring says what each does)
+    mx_split: int = 1   # 1: two K = D/2 MMAs on the split K order (D >= 64); 0: one K = D MMA, natural order
+    mx_scales: int = MX_SCALES_BROADCAST.value   # split only: MX_SCALES_BROADCAST | _SELECT | _PRMT
+    mx_wide: int = MX_WIDE_OVERWRITE.value       # MX_WIDE_TILE | MX_WIDE_KEYS | MX_WIDE_OVERWRITE
 
 
 def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int, page_size: int, *,

@@ -15,17 +15,14 @@ from .kernel import top_k_per_row_kernel
 
 MAX_K = 2048       # the reference models' k; the sort of the selected K_PAD slots lives in registers
 MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
-# Columns per chunk of the streaming passes and warps per program: a compromise from a sweep of BLOCK 1024..8192 x
-# 4/8/16 warps on the H200 (triton 3.6, 2026-11-30), k = 2048. This setting / the sweep's best for that shape:
-# 64 rows x 128K 603 / 518 us (8192, 16 warps), 64 x 8K 71 / 55 us (8192, 16), 4096 x 8K 1496 / 1439 us (2048, 8);
-# 8192 x 16 warps is 1622 us on the last. (BLOCK 1024 x 4 warps: 1042, 96, 1685 us.)
+# Columns per chunk of the streaming passes and warps per program: the best compromise of an H200 sweep over
+# BLOCK 1024..8192 x 4/8/16 warps at k = 2048 and several row shapes (docs/perf/h200-first-numbers.md)
 BLOCK = 4096
 NUM_WARPS = 8
 
 # top_k_rows_kernel under the interpreter, where every Triton op is a few NumPy calls on the whole tile: tiles of
 # up to TILE_ELEMS logits (rows x columns) and ranking comparisons of up to RANK_ELEMS (rows x K_PAD x RANK_CHUNK,
-# at most Triton's 2^20 elements per tensor). 2-core CPU, W = 1024, k = 64: 32 / 64 / 128 / 256 rows per program
-# took 1.5 / 0.8 / 0.5 / 0.4 ms per row (one row per program with tl.sort: 95 ms).
+# at most Triton's 2^20 elements per tensor): the interpreter's time per row falls as rows per program grow.
 TILE_ELEMS = 2 ** 17
 RANK_ELEMS = 2 ** 20
 

@@ -1,10 +1,9 @@
 """@triton.jit bodies of the top-k (launcher: hw/topk.py; semantics: DESIGN §4).
 
-Two kernels, one algorithm. top_k_per_row_kernel runs one program per row (compiled GPUs: the path verified
-exact on the H200). top_k_rows_kernel runs a tile of ROWS rows per program, every step vectorised over the rows,
-and orders the selected candidates by ranking instead of tl.sort: it exists for the CPU interpreter, where a
-Triton op costs about as much for one row as for hundreds and tl.sort's xor reductions run element by element
-in Python (~5 s for one row at k = 2048).
+Two kernels, one algorithm. top_k_per_row_kernel runs one program per row (compiled GPUs). top_k_rows_kernel runs
+a tile of ROWS rows per program, every step vectorised over the rows, and orders the selected candidates by ranking
+instead of tl.sort: it exists for the CPU interpreter, where a Triton op costs about as much for one row as for
+hundreds and tl.sort's xor reductions run element by element in Python.
 
 A row's visible columns are start <= j < end. Every fp32 logit is mapped to an order-preserving uint32 *key*
 (larger value -> larger key) computed from its bits, so comparisons are exact integer comparisons, independent of

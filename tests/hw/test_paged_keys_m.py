@@ -9,6 +9,8 @@ than the fold's exact range, which the kernel must score through its exact fallb
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -169,8 +171,8 @@ def _queries(case: Case, rng: np.random.Generator, device):
             folded.reshape(rows, case.heads))
 
 
-def run_case(case: Case, target: Target, path: str | None, device):
-    """(kernel output numpy, reference, bound, visible mask) of one case."""
+def run_case(case: Case, target: Target, path: str | None, device, overrides: dict | None = None):
+    """(kernel output numpy, reference, bound, visible mask) of one case (`overrides`: KeysMSettings fields)."""
     rng = case_rng(str(case))
     pool, geom, block_table = build_cache(case, rng)
     q_v, q_s, w_t, q64, w = _queries(case, rng, device)
@@ -183,9 +185,10 @@ def run_case(case: Case, target: Target, path: str | None, device):
                            page_stride=geom.page_stride, next_n=case.next_n, num_heads=case.heads,
                            head_dim=case.head_dim, page_size=case.page_size, kv_format=case.kv_format,
                            tiled=case.layout == "mxfp4_tiled", target=target, path=path,
-                           settings=km.keys_m_settings(target, case.kv_format, case.heads, case.next_n,
-                                                       case.page_size, path=path,
-                                                       tokens_per_program=case.tokens_per_program))
+                           settings=dataclasses.replace(
+                               km.keys_m_settings(target, case.kv_format, case.heads, case.next_n, case.page_size,
+                                                  path=path, tokens_per_program=case.tokens_per_program),
+                               **(overrides or {})))
     args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
     n, u = km.declared_precision(case.kv_format, case.head_dim, target, path)
     ref = scorer.decode_logits(*args, clean_logits=True)
@@ -207,6 +210,28 @@ def test_matches_reference(case: Case, device):
             assert seen.any() and np.isnan(out[b * case.next_n:(b + 1) * case.next_n, t][seen]).all()
         if case.nan_query:
             assert np.isnan(out[0][visible[0]]).all()
+
+
+#: every combination of the fold loop's levers (KeysMSettings.mx_split / mx_scales / mx_wide)
+FOLD_LEVERS = [dict(mx_split=sp, mx_scales=sc, mx_wide=wd) for sp, sc, wd in itertools.product(
+    (0, 1), (km.MX_SCALES_BROADCAST.value, km.MX_SCALES_SELECT.value, km.MX_SCALES_PRMT.value),
+    (km.MX_WIDE_TILE.value, km.MX_WIDE_KEYS.value, km.MX_WIDE_OVERWRITE.value)) if sp or sc == 0]
+#: wide keys in the first tile and the last, a NaN key, planar D 128 (32-bit scale loads) and tiled D 128
+LEVER_CASES = [Case("mxfp4", 128, 16, 2, 1, (70, 33), 80, 5, nan_token=(1, 3), spans=(((0, 66), 20), ((0, 5), 14)),
+                    tokens_per_program=128),
+               Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128)]
+
+
+@pytest.mark.parametrize("case", LEVER_CASES, ids=str)
+@pytest.mark.parametrize("levers", FOLD_LEVERS, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
+def test_fold_levers_match_reference(case: Case, levers: dict, device):
+    """Every lever combination of the fold loop writes the same visible entries within the declared bound (and
+    nothing else), wide keys through the exact pass."""
+    target = target_of(device, km.paged_keys_m_kernel)
+    out, ref, bound, visible = run_case(case, target, "fold", device, levers)
+    result = scorer.check_logits(out, ref, bound, visible=visible)
+    assert result.ok, f"{levers}: {result.describe()}"
+    assert (out[~visible] == UNTOUCHED).all()
 
 
 def test_cases_exercise_the_fallback():
@@ -317,8 +342,8 @@ def test_fold_is_exact_e2m1_times_scale(device):
 
 
 def _emulate_ptx(asm: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run FOLD_PTX's instructions (mov, and, or, shl, shr.u32, lop3, prmt.b32 in its default mode) on uint32
-    arrays."""
+    """Run the fold PTX bodies' instructions (mov, and, or, add.u32, shl, shr.u32, lop3, prmt.b32 in its default
+    mode) on uint32 arrays."""
     regs = dict(inputs)
 
     def value(x):
@@ -338,6 +363,8 @@ def _emulate_ptx(asm: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarra
             regs[d] = src[0] | src[1]
         elif op == "shr.u32":
             regs[d] = src[0] >> src[1]
+        elif op == "add.u32":
+            regs[d] = src[0] + src[1]
         elif op == "shl.b32":
             regs[d] = src[0] << src[1]
         elif op == "lop3.b32":       # bit j of the result: bit (4a_j + 2b_j + c_j) of the truth table (a 0xF0, ...)
@@ -373,6 +400,46 @@ def test_fold_ptx_equals_the_portable_conversion(device):
     out_words = np.stack([regs["$0"], regs["$1"]], axis=-1).reshape(words.shape[0], -1)   # natural order
     np.testing.assert_array_equal(out_words.view(np.uint8).reshape(words.shape[0], -1),
                                   _fold(words, rel, km.MX_FOLD_TL, device))
+
+
+def test_split_fold_ptx_equals_the_portable_conversion(device):
+    """FOLD_BYTES_PTX and FOLD_SELECT_PTX, emulated, give _fold_split's portable bytes (split K order) for every
+    code at every position and rel; the portable split fold holds the natural fold's bytes, reordered."""
+    words, rel, _ = _all_codes_and_rels()
+    d = ((rel[:, :1] + km.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)              # one block's d per row
+    dx = np.broadcast_to(d * np.uint32(0x01010101), words.shape)
+    natural = _fold(words, rel, km.MX_FOLD_TL, device).reshape(words.shape[0], -1, 2, 4)   # [R, W, half, 4]
+    want = [natural[:, :, 0].reshape(words.shape[0], -1), natural[:, :, 1].reshape(words.shape[0], -1)]
+    byte_regs = _emulate_ptx(km.FOLD_BYTES_PTX.value, {"$2": words.view(np.uint32), "$3": dx})
+    block = np.uint32(2)                                                              # d's byte in the key's word
+    sel_regs = _emulate_ptx(km.FOLD_SELECT_PTX.value, {"$2": words.view(np.uint32),
+                                                       "$3": np.broadcast_to(d << (8 * block), words.shape),
+                                                       "$7": np.zeros(words.shape, np.uint32),
+                                                       "$11": np.full(words.shape, block * 0x1111, np.uint32)})
+    got = _fold_split_probe(words, rel, device)
+    for half, reg in enumerate(("$0", "$1")):
+        np.testing.assert_array_equal(got[half], want[half])
+        for regs in (byte_regs, sel_regs):
+            np.testing.assert_array_equal(regs[reg].view(np.uint8).reshape(words.shape[0], -1), want[half])
+
+
+@triton.jit
+def _fold_split_probe_kernel(words_ptr, rel_ptr, out_ptr, R: tl.constexpr, W: tl.constexpr):
+    r = tl.arange(0, R)
+    codes = tl.load(words_ptr.to(tl.pointer_type(tl.uint8)) + r[:, None] * (4 * W) + tl.arange(0, 4 * W)[None, :])
+    rel = tl.load(rel_ptr + r[:, None] * (W // 4) + tl.arange(0, W // 4)[None, :])
+    first, second = km._fold_split(codes, km._d8_broadcast(rel, 4 * W), km.MX_FOLD_TL)
+    cols = r[:, None] * (4 * W) + tl.arange(0, 4 * W)[None, :]
+    tl.store(out_ptr + cols, first)
+    tl.store(out_ptr + R * 4 * W + cols, second)
+
+
+def _fold_split_probe(words: np.ndarray, rel: np.ndarray, device) -> np.ndarray:
+    """km._fold_split (portable) on the codes of int32 words [R, W] with rel [R, W/4] -> uint8 [2, R, 4W]."""
+    out = torch.empty((2, words.shape[0], 4 * words.shape[1]), dtype=torch.uint8, device=device)
+    _fold_split_probe_kernel[(1,)](torch.from_numpy(words).to(device), torch.from_numpy(rel).to(device), out,
+                                   R=words.shape[0], W=words.shape[1])
+    return out.cpu().numpy()
 
 
 # ============================================================================================ declarations, errors
