@@ -27,6 +27,7 @@ def test_table_for_sm90():
     result = _invoke("--target", "sm90", "--kernel", "topk/k64")
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith("[1/1] topk/k64  ") and result.stderr.rstrip().endswith(" s")   # progress
+    assert "Warning" not in result.stderr      # triton 3.9's FP-fusion default warning: hw pins the setting
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["kernel", "warps", "matrix"]
     assert lines[2].startswith("topk/k64 ") and lines[2].rstrip().endswith("ok")
