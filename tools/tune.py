@@ -39,20 +39,35 @@ def _timed(fns, *, inner, replays) -> dict:
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
 
 
-def _prefill_rows(replays, names):
+def _product(grid: dict) -> list[dict]:
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def _parse_grid(specs: tuple[str, ...]) -> dict:
+    """("field=v1,v2", ...) -> {field: (v1, v2)}; values are ints where they parse as ints."""
+    grid = {}
+    for spec in specs:
+        field, sep, values = spec.partition("=")
+        if not sep or not field or not values:
+            raise click.BadParameter(f"expected FIELD=V1,V2,..., got {spec!r}", param_hint="--grid")
+        grid[field] = tuple(int(v) if v.lstrip("-").isdigit() else v for v in values.split(","))
+    return grid
+
+
+def _prefill_rows(replays, names, grid, size):
     from hw.logits import scorer_target
     from hw.targets import Op
     from hw.variants import variants
 
+    shape = PREFILL_SHAPE | ({"queries": size, "keys": size} if size else {})
     for v in (v for v in variants(Op.PREFILL, target=scorer_target("cuda")) if not names or v.name in names):
-        for values in itertools.product(*PREFILL_GRID.values()):
-            setting = dict(zip(PREFILL_GRID, values))
-            call, flops = prefill_inputs(v.kv_format, "cuda", variant=v.name, launch_settings=setting,
-                                         **PREFILL_SHAPE)
+        for setting in _product(grid or PREFILL_GRID):
+            call, flops = prefill_inputs(v.kv_format, "cuda", variant=v.name, launch_settings=setting, **shape)
             row = _timed([call], inner=3, replays=replays)
             if "time_us" in row:
                 row["TFLOPs"] = flops / row["time_us"] / 1e6
-            yield {"kernel": "prefill", "format": v.kv_format, "variant": v.name, **setting, **row}
+            yield {"kernel": "prefill", "format": v.kv_format, "variant": v.name, "size": shape["queries"], **setting,
+                   **row}
 
 
 def _decode_grid(settings, warps_options, tokens_options) -> list[dict]:
@@ -64,10 +79,10 @@ def _decode_grid(settings, warps_options, tokens_options) -> list[dict]:
         grid = {"num_warps": warps_options, "pages_per_step": sorted({max(1, t // page) for t in tokens_options})}
     else:
         grid = {"num_warps": warps_options, "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
-    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    return _product(grid)
 
 
-def _decode_rows(replays, *, warps_options, tokens_options, names):
+def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
     import torch
 
     from hw.logits import scorer_target
@@ -79,8 +94,9 @@ def _decode_rows(replays, *, warps_options, tokens_options, names):
     shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
                             page_size=DECODE_SHAPE["page_size"])
     chosen = [v for v in variants(Op.DECODE, target=target) if not names or v.name in names]
-    for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM):
-        for setting in _decode_grid(v.settings(target, shape), warps_options, tokens_options):
+    for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM[:1] if grid else DECODE_PROGRAMS_PER_SM):
+        for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options,
+                                                                tokens_options):
             sets = [decode_inputs(v.kv_format, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
                                   variant=v.name, launch_settings=setting, **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
@@ -109,8 +125,12 @@ def _best(rows, kernel):
 @click.option("--decode-warps", type=int, multiple=True, help="decode: warps to try (default 4 and 8)")
 @click.option("--decode-tokens", type=int, multiple=True, help="decode: tokens a step to try (default 128 256 512)")
 @click.option("--variant", "names", multiple=True, help="only these variants (repeatable; default: all)")
+@click.option("--grid", "grid_specs", multiple=True, metavar="FIELD=V1,V2",
+              help="sweep these settings fields instead of the default grid (repeatable; decode then uses one "
+                   "program count per SM)")
+@click.option("--prefill-size", type=int, default=0, help="prefill: queries = keys (default 4096)")
 @click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
-def tune(only, replays, decode_warps, decode_tokens, names, json_out):
+def tune(only, replays, decode_warps, decode_tokens, names, grid_specs, prefill_size, json_out):
     """Sweep the prefill and decode launch settings of every scorer variant on the GPU; print the fastest setting
     per variant."""
     import torch
@@ -121,9 +141,11 @@ def tune(only, replays, decode_warps, decode_tokens, names, json_out):
     choose_device("cuda")
     kernels = [only] if only else ["prefill", "decode"]
     rows = []
-    sweeps = {"prefill": lambda: _prefill_rows(replays, names),
+    grid = _parse_grid(grid_specs)
+    sweeps = {"prefill": lambda: _prefill_rows(replays, names, grid, prefill_size),
               "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS,
-                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP, names=names)}
+                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP, names=names,
+                                             grid=grid)}
     for kernel in kernels:
         for row in sweeps[kernel]():
             rows.append(row)
