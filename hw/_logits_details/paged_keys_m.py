@@ -338,7 +338,8 @@ def _fold_split(codes, d8, MX_MODE: tl.constexpr):
 def _fold_split_select(codes, d_words, MX_MODE: tl.constexpr):
     """_fold_split with the table bytes given per row: d_words int64 [R], byte g = d of block g (at most 8 blocks).
     Each code word picks its block's byte itself (one prmt in FOLD_SELECT_PTX), so nothing of size [R, C] but the
-    codes enters the conversion."""
+    codes enters the conversion (with triton 3.6 on sm_90 its outputs still reach the MMA operand layout through
+    shared memory)."""
     R: tl.constexpr = codes.shape[0]
     C: tl.constexpr = codes.shape[1]
     col_block = tl.arange(0, C) // (MX_BLOCK // 2)
@@ -398,8 +399,8 @@ def _scale_max_min(sw, G: tl.constexpr):
 @triton.jit
 def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
     """uint8 [R, C = D/2] table byte of each code byte's block from the packed scale words sw (int64 [R]) and the
-    keys' largest scale: each column takes its block's [R] value by a select on the column's (compile-time) block,
-    so the result is built in whatever layout its consumer has (no layout conversion)."""
+    keys' largest scale: each column takes its block's [R] value by a select on the column's block (no reshape;
+    with triton 3.6 on sm_90 the fold's outputs then reach the MMA operand layout through shared memory)."""
     col_block = tl.arange(0, C) // (C // G)
     d8 = tl.zeros((sw.shape[0], C), tl.uint8)
     for g in tl.static_range(G):
