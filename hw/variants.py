@@ -26,7 +26,7 @@ REGISTRY: dict[Op, tuple[Variant, ...]] = {
     Op.DECODE: (paged_keys_m.FP8_VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT, paged_keys_m.MXFP4_DOT_SCALED_VARIANT,
                 paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK,
                 paged_variants.MXFP4_UNPACK_PTX),
-    Op.TOPK: (topk_variants.PER_ROW, topk_variants.ROWS_TILE, radix_fast.VARIANT),
+    Op.TOPK: (radix_fast.VARIANT, topk_variants.PER_ROW, topk_variants.ROWS_TILE),
 }
 
 

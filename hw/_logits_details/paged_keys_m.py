@@ -706,10 +706,10 @@ class KeysMSettings:
     num_warps: int
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    # MXFP4 fold path only: constexpr levers of the fold loop (defaults: the fewest shared-memory round trips and
-    # barriers per tile in the sm_90 cross-compile; the module docstring says what each does)
+    # MXFP4 fold path only: constexpr levers of the fold loop (the module docstring says what each does; defaults:
+    # the fastest on the H200, docs/perf/h200-keys-m-levers.json)
     mx_split: int = 1   # 1: two K = D/2 MMAs on the split K order (D >= 64); 0: one K = D MMA, natural order
-    mx_scales: int = MX_SCALES_BROADCAST.value   # split only: MX_SCALES_BROADCAST | _SELECT | _PRMT
+    mx_scales: int = MX_SCALES_SELECT.value      # split only: MX_SCALES_BROADCAST | _SELECT | _PRMT
     mx_wide: int = MX_WIDE_OVERWRITE.value       # MX_WIDE_TILE | MX_WIDE_KEYS | MX_WIDE_OVERWRITE
 
 
