@@ -450,7 +450,8 @@ def test_declared_precision():
     assert km.declared_precision("mxfp4", 128, Target.AMD) == (128, 2.0 ** -24)
     for target in (Target.AMD, Target.INTERPRETER):
         assert km.declared_precision("fp8", 256, target) == (256, 2.0 ** -24)
-        assert km.declared_precision("mxfp4", 32, target, "dot_scaled") == (32, 2.0 ** -24)
+        if target in km.PATH_TARGETS["dot_scaled"]:     # the interpreter from triton 3.8 on
+            assert km.declared_precision("mxfp4", 32, target, "dot_scaled") == (32, 2.0 ** -24)
     assert km.declared_precision("mxfp4", 32, Target.INTERPRETER, "fold") == (32, 2.0 ** -24)
     for bad in (("fp4", 128, Target.NVIDIA), ("fp8", 128, "sm90"), ("fp8", 48, Target.NVIDIA),
                 ("mxfp4", 128, Target.NVIDIA, "dot_scaled"), ("mxfp4", 128, Target.AMD, "fold"),
