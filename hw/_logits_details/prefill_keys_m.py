@@ -1,0 +1,351 @@
+"""Ragged prefill scorer with the keys on the MMA's M axis (DESIGN §4, §5).
+
+    logits[i, j] = sum_h w[i, h] * relu(q[i, h, :] . k[j, :])         ks[i] <= j < ke[i]
+
+A program owns BLOCK_Q query tokens; their BLOCK_Q * H_PAD query rows (tokens x padded heads) are the N axis of
+`tl.dot`, a tile of BLOCK_K keys its M axis:
+
+    s = tl.dot(K [BLOCK_K, D], Q^T [D, BLOCK_Q * H_PAD])              fp32 [BLOCK_K, BLOCK_Q * H_PAD]
+    logit[t, i] = key_factor[t] * sum_h w'[i, h] * relu(s[t, i * H_PAD + h])
+
+relu keeps NaN; the head sum is a register reduction per query token; the key's factor (FP8: its fp32 scale;
+MXFP4: a power of two) multiplies once, after the head sum. The [keys, tokens] tile is stored transposed into
+out[token, key].
+
+Grid (cdiv(S, BLOCK_Q),); MXFP4 launches it twice (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
+ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
+the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
+BLOCK_K, with a software-pipelined `tl.range`; keys outside [lo, hi) are never read. With clean_logits every other
+entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
+cover the columns before and after them.
+
+MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
+  MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
+      e4m3 byte with its block's E8M0 scale folded in relative to the key's (query row's) largest block scale,
+      e4m3(e2m1 * 2^(rel + 6)) for -FOLD_SPAN <= rel <= 0; D >= 64 converts the code bytes in paged_keys_m's split
+      K order and sums two K = D/2 FP8 MMAs, D = 32 takes one K = 32 MMA in the natural order. Then
+          q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
+      with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
+      2^(skmax + c - 266) applied to the key after the head sum. Keys whose block scales span more than FOLD_SPAN
+      binades (their fold flushes the low blocks) are stored like the others, and the program records in an
+      int32 flag that it met one (or that one of its query rows spans more, in which case its fold loop does not
+      run). A second launch of the kernel (EXACT_PASS; the same grid, more warps) returns at once for a program
+      with no flag and otherwise rescores those keys, overwriting them (every key of [first, end) for a wide
+      query row), through paged_keys_m's exact fallback (D/32 exact block sums, E8M0 factors in fp32). Keeping
+      the wide keys out of the fold loop's stores would cost the loop ~40 registers on sm_90 (206 instead of 168,
+      D = 128, H = 32: 8 instead of 12 warps per SM); the exact pass, one fp32 tile more per key tile, runs on
+      8 warps. The fold is exact while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 and 2^(skmax + c - 266)
+      lies in [2^-149, 2^127] (paged_keys_m's scaling range).
+NaN: an E8M0 byte 255 makes a key (query row) NaN; an FP8 key with a NaN scale is NaN; its logits are NaN.
+
+Declared precision (DESIGN §4's n and u): declared_precision().
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from .._quant_details.page_offsets import MX_BLOCK
+from ..isa_spec import CompileSpec
+from ..targets import Op, Target, Variant
+from .calls import PrefillCall
+from .common import ALL_TARGETS, MMA_MIN_ROWS
+from .paged_keys_m import (
+    E8M0_NAN,
+    E8M0_ONE,
+    EXACT_REL,
+    FOLD_KEY_BIAS,
+    FOLD_SPAN,
+    FP32_UNIT_ROUNDOFF,
+    MIN_SPLIT_K,
+    MX_FOLD_PTX,
+    MX_FOLD_TL,
+    NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
+    UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
+    _bytes_to_words,
+    _d8_broadcast,
+    _dot,
+    _exp2_int,
+    _fold,
+    _fold_split,
+    _head_sum,
+    _mx_exact_scores,
+)
+
+FMT_FP8 = tl.constexpr(0)
+FMT_MXFP4 = tl.constexpr(1)
+WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
+WIDE_QUERY = tl.constexpr(2)         # one of its query rows is outside the fold's range
+#: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
+#: 0 = no promotion (as production FP8 prefill scorers run); declared_precision says what each choice declares
+FP8_PROMOTE_K = 0
+#: per target: (MMA columns BLOCK_Q * H_PAD aimed at, BLOCK_K keys per step, num_warps, num_stages). NVIDIA: the
+#: H200 prefill timing sketch's tiles (64 keys x 4 tokens x 32 heads, 4 warps, 3 stages: one m64n128k32 wgmma
+#: chain per warpgroup); AMD: the same tiles; the interpreter pays per Triton operation, not per element: large
+#: tiles, no pipelining
+TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
+
+
+def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
+    """(n, u) of DESIGN §4's bound |kernel - ref| <= (n + H + 2) * u * sum_h |w_h| sum_d |q_hd k_d|, for both
+    formats.
+
+    n = D: the MMA sums D products (MXFP4: the folded products are exact but span up to 2 * FOLD_SPAN binades, so
+    their sum is not; the exact fallback's D/32 fp32 adds of exact block sums lie inside the bound). u on NVIDIA:
+    Hopper's FP8 MMA keeps about 14 bits inside each K = 32 instruction; in the model where each instruction's
+    terms (its 32 products and, without promotion, the incoming sum) are truncated 13 bits below the largest
+    one's leading bit, one q.k is off by less than 32 * 2^-13 of its sum of |products| with promotion every 32
+    products (u = 2^-13), and by less than (33/32) * D * 2^-13 of it without (FP8_PROMOTE_K = 0, the default:
+    u = 2^-12, so that (D + H + 2) u covers it at every D and H). u = 2^-24 elsewhere (fp32 accumulation)."""
+    if target is not Target.NVIDIA:
+        return head_dim, FP32_UNIT_ROUNDOFF
+    return head_dim, NVIDIA_FP8_MMA_UNIT_ROUNDOFF if FP8_PROMOTE_K else UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF
+
+
+# ============================================================================================ the kernel
+@triton.jit
+def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Store -inf into columns [start, end) of the program's rows (end <= SK)."""
+    n = tl.arange(0, BLOCK_K)
+    for j0 in range(start, end, BLOCK_K):
+        cols = j0 + n
+        tl.store(out_rows[:, None] + cols[None, :], tl.full((BLOCK_Q, BLOCK_K), float("-inf"), tl.float32),
+                 mask=row_in[:, None] & (cols[None, :] < end))
+
+
+@triton.jit
+def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.constexpr):
+    """Store the [BLOCK_K, BLOCK_Q] logits of one key tile into out[token, key] for the keys with `stored` True:
+    every column < SK of the program's rows (-inf where invisible) when CLEAN, else the visible entries."""
+    if CLEAN:
+        tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")),
+                 mask=row_in[None, :] & (stored & (cols < SK))[:, None])
+    else:
+        tl.store(out_cols + cols[:, None], logits, mask=visible & stored[:, None])
+
+
+@triton.jit
+def prefill_keys_m_kernel(
+    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr,
+    S, SK,
+    stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
+    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
+    H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
+    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr,
+):
+    """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
+    [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
+    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
+    program, the exact pass (EXACT_PASS) reads them; FP8: unused). Innermost dimensions contiguous; strides in
+    elements; key offsets (column * stride) fit int32. Grid (cdiv(S, BLOCK_Q),)."""
+    pid = tl.program_id(0).to(tl.int64)
+    tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    row_in = tokens < S
+    ks = tl.maximum(tl.load(ks_ptr + tokens, mask=row_in, other=0), 0)
+    ke = tl.minimum(tl.load(ke_ptr + tokens, mask=row_in, other=0), SK)
+    busy = row_in & (ks < ke)
+    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
+    first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
+    end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
+    out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
+    if CLEAN and not EXACT_PASS:
+        out_rows = out_ptr + tokens * stride_out_s
+        _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
+        _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
+
+    NQ: tl.constexpr = BLOCK_Q * H_PAD
+    m = tl.arange(0, NQ)
+    m_tok = pid * BLOCK_Q + m // H_PAD
+    m_h = m % H_PAD
+    col_ok = (m_tok < S) & (m_h < H)
+    q_row_v = m_tok * stride_qv_s + m_h * stride_qv_h
+    w = tl.load(w_ptr + m_tok * stride_w_s + m_h, mask=col_ok, other=0.0)
+    t = tl.arange(0, BLOCK_K)
+
+    if KV_FORMAT == FMT_FP8:
+        d = tl.arange(0, D)
+        q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=col_ok[:, None], other=0)        # [NQ, D]
+        qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                             # [D, NQ]
+        for k0 in tl.range(first, hi, BLOCK_K, num_stages=NUM_STAGES):
+            cols = k0 + t
+            k_ok = (cols >= lo) & (cols < hi)
+            k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None],
+                        other=0).to(tl.float8e4nv, bitcast=True)                                   # [BLOCK_K, D]
+            k_scale = tl.load(k_s_ptr + cols * stride_ks_t, mask=k_ok, other=0.0)
+            logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD) * k_scale[:, None]
+            visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+            _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
+    elif not EXACT_PASS:
+        # the query rows, converted once
+        G: tl.constexpr = D // MX_BLOCK
+        jb = tl.arange(0, D // 2)
+        g_idx = tl.arange(0, G)
+        q_row_s = m_tok * stride_qs_s + m_h * stride_qs_h
+        q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=col_ok[:, None], other=0)  # [NQ, D/2]
+        qs = tl.load(q_s_ptr + q_row_s[:, None] + g_idx[None, :], mask=col_ok[:, None],
+                     other=E8M0_ONE).to(tl.int32)                                                  # [NQ, D/32]
+        sq_max = tl.max(qs, axis=1)
+        q_nan = sq_max == E8M0_NAN
+        q_wide = tl.max((col_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32))     # 0 | 1
+        c = tl.max(tl.where(col_ok & ~q_nan, sq_max, 0))
+        w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
+        q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
+        SPLIT: tl.constexpr = D >= 2 * MIN_SPLIT_K
+        if SPLIT:           # two K = D/2 operands in the split order
+            q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
+            qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                                    # [D/2, NQ]
+            qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
+        else:
+            qt = tl.trans(_fold(_bytes_to_words(q_bytes), q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)
+
+        # the fold loop: every key is stored; the exact pass overwrites the wide ones (after this launch)
+        wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
+        for k0 in tl.range(first, tl.where(q_wide > 0, first, hi), BLOCK_K, num_stages=NUM_STAGES):
+            cols = k0 + t
+            k_ok = (cols >= lo) & (cols < hi)
+            kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
+            ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :], mask=k_ok[:, None],
+                          other=E8M0_ONE).to(tl.int32)                                             # [BLOCK_K, D/32]
+            sk_max = tl.max(ksc, axis=1)
+            sk_min = tl.min(ksc, axis=1)
+            k_rel = tl.maximum(ksc - sk_max[:, None], -FOLD_SPAN)
+            if SPLIT:
+                k1, k2 = _fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE)
+                acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+                acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
+            else:
+                k8 = _fold(_bytes_to_words(kb), k_rel, MX_MODE)
+                acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+            k_nan = sk_max == E8M0_NAN
+            wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
+            k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+            logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
+            visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+            _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
+            wide_keys = wide_keys | wide_key.to(tl.int32)
+
+        tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
+    else:
+        # the exact pass: every tile for a wide query row, else the tiles that hold a wide key
+        flags = tl.load(wide_ptr + pid)
+        if flags != 0:
+            G: tl.constexpr = D // MX_BLOCK
+            jb = tl.arange(0, D // 2)
+            g_idx = tl.arange(0, G)
+            q_row_s = m_tok * stride_qs_s + m_h * stride_qs_h
+            q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=col_ok[:, None], other=0)
+            qs = tl.load(q_s_ptr + q_row_s[:, None] + g_idx[None, :], mask=col_ok[:, None],
+                         other=E8M0_ONE).to(tl.int32)
+            q_exact = tl.trans(_fold(_bytes_to_words(q_bytes), tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))
+            q_wide = (flags & WIDE_QUERY) != 0
+            for k0 in tl.range(first, hi, BLOCK_K, num_stages=1):
+                cols = k0 + t
+                k_ok = (cols >= lo) & (cols < hi)
+                ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :], mask=k_ok[:, None],
+                              other=E8M0_ONE).to(tl.int32)
+                sk_max = tl.max(ksc, axis=1)
+                exact = tl.where(q_wide, True, (sk_max != E8M0_NAN) & (sk_max - tl.min(ksc, axis=1) > FOLD_SPAN))
+                if tl.max(exact.to(tl.int32)) > 0:
+                    kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
+                    s = _mx_exact_scores(_bytes_to_words(kb), ksc, q_exact, qs, MX_MODE)
+                    visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+                    _store_tile(out_cols, cols, _head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN)
+
+
+# ============================================================================================ launcher
+@dataclasses.dataclass(frozen=True)
+class KeysMPrefillSettings:
+    """Constexprs and launch options of prefill_keys_m_kernel (a pure function of the target and the shapes)."""
+
+    block_q: int        # query tokens per program: block_q * h_pad MMA columns
+    h_pad: int          # heads padded to a power of two, block_q * h_pad >= MMA_MIN_ROWS
+    block_k: int        # keys per step (the MMA's M)
+    num_stages: int     # software-pipelining depth of the key loop
+    num_warps: int
+    exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
+    mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
+    promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
+
+
+def keys_m_prefill_settings(target: Target, num_heads: int) -> KeysMPrefillSettings:
+    """The default settings on `target` for H = num_heads: BLOCK_Q * H_PAD = TILES' MMA columns where H fits
+    (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
+    columns, block_k, num_warps, num_stages = TILES[target]
+    h_pad = triton.next_power_of_2(num_heads)
+    block_q = max(1, columns // h_pad)
+    return KeysMPrefillSettings(
+        block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
+        num_warps=num_warps, exact_warps=2 * num_warps,
+        mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
+        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
+
+
+def _launcher(kv_format: str):
+    def launch(call: PrefillCall, s: KeysMPrefillSettings) -> None:
+        """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: two launches,
+        the fold pass and the exact pass, with an int32 flag per program between them (allocated here)."""
+        mx = kv_format == "mxfp4"
+        grid = (triton.cdiv(call.num_q, s.block_q),)
+        wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
+        for exact_pass in (False, True) if mx else (False,):
+            prefill_keys_m_kernel[grid](
+                call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
+                call.num_q, call.num_k,
+                call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
+                call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
+                H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
+                NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
+                PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
+                num_warps=s.exact_warps if exact_pass else s.num_warps)
+    return launch
+
+
+# ============================================================================================ cross-compile specs
+#: (D, H) of the specs: the serving shape (D 128, H 32), the small and large head dims, H 64 (BLOCK_Q 2)
+ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
+#: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
+_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
+_POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr")
+
+
+def isa_spec(kv_format: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
+    """The kernel as the launcher runs it by default on `target` (NVIDIA: sm90, AMD: gfx950); MXFP4: its fold
+    pass, or with exact_pass its exact pass."""
+    mx = kv_format == "mxfp4"
+    s = keys_m_prefill_settings(target, heads)
+    types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
+             "out_ptr": "*fp32", "wide_ptr": "*i32"}
+    path = "exact" if exact_pass else "fold" if mx else "mma"
+    return CompileSpec(
+        label=f"prefill_keys_m/{kv_format}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
+        signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
+                   **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
+                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
+        constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
+                    "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
+                    "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass},
+        num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
+        targets=(target.isa_target,))
+
+
+# ============================================================================================ registry records
+def _variant(name: str, kv_format: str, targets: frozenset, summary: str) -> Variant:
+    compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
+    return Variant(
+        name=name, op=Op.PREFILL, kv_format=kv_format, targets=targets, default_on=frozenset(),
+        settings=lambda target, call: keys_m_prefill_settings(target, call.num_heads),
+        launch=_launcher(kv_format), precision=declared_precision,
+        isa_specs=lambda: tuple(isa_spec(kv_format, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
+                                for exact in ((False, True) if kv_format == "mxfp4" else (False,))),
+        summary=summary)
+
+
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", ALL_TARGETS,
+                       "keys on the MMA's M axis, query tokens x heads on N, Q hoisted, pipelined key loop")
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", frozenset({Target.NVIDIA, Target.INTERPRETER}),
+                              "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), FP8 MMA")
