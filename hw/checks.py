@@ -18,6 +18,7 @@ MX_BLOCK = 32           # elements per MXFP4 block (one E8M0 scale byte, 16 code
 INT32_MAX = 2**31 - 1
 VALIDATE_ENV = "MXIDX_VALIDATE"   # "1": every launcher with a validate mode validates (DESIGN §4); "0"/unset: off
 GPU_DEVICE_TYPE = "cuda"          # torch's device type of CUDA and ROCm GPUs alike
+INTERPRETER_MIN_TRITON = (3, 7)   # the first triton whose CPU interpreter runs these kernels (triton 3.6's fails)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -98,10 +99,26 @@ def kernels_interpreted(kernel) -> bool:
     return not isinstance(kernel, triton.runtime.JITFunction)
 
 
+def interpreter_problem() -> str | None:
+    """None if this triton's CPU interpreter runs hw's kernels, else why not and what to do."""
+    if triton_version() >= INTERPRETER_MIN_TRITON:
+        return None
+    need = ".".join(map(str, INTERPRETER_MIN_TRITON))
+    return (f"the Triton interpreter of triton {triton.__version__} cannot run hw's kernels (it fails on loop bounds "
+            f"passed as kernel arguments under NumPy 2); install triton >= {need} (PyPI's torch 2.13 pins 3.7.1) "
+            f"or run on a GPU")
+
+
 def check_kernel_device(name: str, device: torch.device, kernel) -> None:
     """The device `kernel` can run on: a GPU ("cuda", which includes ROCm) always; the CPU only through the
-    interpreter. Anything else (CPU tensors with compiled kernels, "meta", ...) would fail inside the launch."""
-    if device.type == GPU_DEVICE_TYPE or (device.type == "cpu" and kernels_interpreted(kernel)):
+    interpreter of a triton that runs it (interpreter_problem). Anything else (CPU tensors with compiled kernels,
+    "meta", ...) would fail inside the launch."""
+    if device.type == GPU_DEVICE_TYPE:
+        return
+    if device.type == "cpu" and kernels_interpreted(kernel):
+        problem = interpreter_problem()
+        if problem:
+            raise ValueError(f"{name} is on the CPU, but {problem}")
         return
     if device.type == "cpu":
         raise ValueError(f"{name} is on the CPU but the Triton interpreter is off: set TRITON_INTERPRET=1 before "

@@ -5,9 +5,10 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
     architecture  gfx950 (native scaled MFMA), NVIDIA sm_90 or newer (Triton's dot_scaled decomposition), or the
                   CPU through the Triton interpreter. Anything else (gfx942, sm_80, a CPU without the
                   interpreter) falls back.
-    triton        compiled backends need tl.dot_scaled (triton >= 3.3). The Triton interpreter (Platform.interpreter,
-                  whatever the device) passes on every triton: without tl.dot_scaled (before 3.8) the scorers
-                  take the exact unpack path, and the decision says so.
+    triton        compiled backends need tl.dot_scaled (triton >= 3.3). When the kernels are interpreted
+                  (Platform.interpreter, whatever the device), hw's kernels need triton >= 3.7 there; before 3.8,
+                  which first interprets tl.dot_scaled, the scorers take the exact unpack path, and the decision
+                  says so.
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
                   P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
                   scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry
@@ -29,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from hw.checks import parse_version
+from hw.checks import INTERPRETER_MIN_TRITON, parse_version
 from hw.layout import TILE_HEAD_DIM
 from hw.logits import INTERPRETER_DOT_SCALED_TRITON, kernels_interpreted
 
@@ -123,9 +124,15 @@ def check_architecture(platform: Platform) -> str | None:
 
 def check_triton(platform: Platform) -> str | None:
     """None if the Triton version has what the MXFP4 kernels need, else the reason. Compiled backends need
-    tl.dot_scaled; the interpreter runs every triton (interpreter_path_note says which dot path it takes)."""
+    tl.dot_scaled; the interpreter runs hw's kernels from INTERPRETER_MIN_TRITON on (interpreter_path_note says
+    which dot path it takes)."""
     version = parse_version(platform.triton_version)
-    if platform.interpreter or version >= MIN_TRITON_COMPILED:
+    if platform.interpreter:
+        if version >= INTERPRETER_MIN_TRITON:
+            return None
+        return (f"triton {platform.triton_version} is too old for the Triton interpreter: hw's kernels need triton "
+                f">= {'.'.join(map(str, INTERPRETER_MIN_TRITON))} there")
+    if version >= MIN_TRITON_COMPILED:
         return None
     return (f"triton {platform.triton_version} is too old: tl.dot_scaled in compiled backends needs triton >= "
             f"{'.'.join(map(str, MIN_TRITON_COMPILED))}")

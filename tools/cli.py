@@ -6,6 +6,8 @@ import importlib
 
 import click
 
+from . import __version__
+
 # name -> (module, attribute, one-line help)
 _COMMANDS = {
     "demo": ("tools.cmd_demo", "demo", "Run a small DeepSeek-style model through prefill + decode with the hook."),
@@ -32,6 +34,6 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mxidx", prog_name="mxidx", message="%(prog)s %(version)s")
+@click.version_option(__version__, prog_name="mxidx", message="%(prog)s %(version)s")
 def main():
     """mxidx: MXFP4 paged sparse indexing (simulator, kernels, serving hook)."""

@@ -87,10 +87,14 @@ LAUNCHERS = (
     Launcher("quantize_q_fp8", hw.quantize_q_fp8, _q_fp8_args, (("hw.quant", "q_quant_fp8_kernel"),)),
     Launcher("cp_gather_indexer_k_quant_cache", hw.cp_gather_indexer_k_quant_cache, _gather_args,
              (("hw.gather", "gather_mxfp4_kernel"),)),
+    # the scorers: hw.logits's kernel object decides the target (a recorder there makes it the interpreter's, on
+    # any machine), whose default variant launches the kernel of its own module
     Launcher("fp8_fp4_mqa_logits", hw.fp8_fp4_mqa_logits, _prefill_args,
-             (("hw._logits_details.prefill_variants", "prefill_logits_kernel"),)),
+             (("hw.logits", "prefill_logits_kernel"),
+              ("hw._logits_details.prefill_variants", "prefill_logits_kernel"))),
     Launcher("fp8_fp4_paged_mqa_logits", hw.fp8_fp4_paged_mqa_logits, _paged_args,
-             (("hw._logits_details.paged_variants", "paged_logits_kernel"),)),
+             (("hw.logits", "paged_logits_kernel"), ("hw.logits", "prefill_logits_kernel"),
+              ("hw._logits_details.paged_variants", "paged_logits_kernel"))),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in
               ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_mqa_logits",
@@ -325,3 +329,12 @@ def test_scale_rule_must_be_a_rule_name(value, device):
 def test_logits_dtype_must_be_float32(value, device):
     with pytest.raises(ValueError, match="logits_dtype must be torch.float32"):
         hw.fp8_fp4_mqa_logits(**_prefill_args(device), logits_dtype=value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs kernels that run in the Triton interpreter")
+def test_an_interpreter_that_cannot_run_the_kernels_is_a_clear_error(monkeypatch):
+    """triton 3.6's interpreter fails inside the kernels (loop bounds under NumPy 2): refused up front instead."""
+    monkeypatch.setattr(hw.checks, "triton_version", lambda: (3, 6, 0))
+    launcher = LAUNCHERS[0]
+    with pytest.raises(ValueError, match=re.escape("is on the CPU, but the Triton interpreter of triton")):
+        launcher.fn(**launcher.args(torch.device("cpu")))

@@ -142,8 +142,8 @@ def test_platform_detect_on_the_cpu(monkeypatch):
 
 @dataclass(frozen=True)
 class TritonCase:
-    """check_triton on one platform: the interpreter passes on every triton (before 3.8 on the unpack path),
-    compiled backends need 3.3 (the device type alone does not decide)."""
+    """check_triton on one platform: the interpreter needs 3.7 (before 3.8 on the unpack path), compiled backends
+    3.3 (the device type alone does not decide)."""
 
     version: str
     device_type: str
@@ -156,8 +156,9 @@ class TritonCase:
 
 TRITON_CASES = [
     TritonCase("3.8.0", "cpu", True, True),
-    TritonCase("3.7.9", "cpu", True, True),
-    TritonCase("3.2.0", "cuda", True, True),       # interpreted kernels on a GPU machine: still the interpreter
+    TritonCase("3.7.1", "cpu", True, True),
+    TritonCase("3.6.0", "cpu", True, False),
+    TritonCase("3.6.0", "cuda", True, False),      # interpreted kernels on a GPU machine: still the interpreter
     TritonCase("3.8.0+git12", "cuda", True, True),
     TritonCase("3.3.0", "cuda", False, True),
     TritonCase("3.2.9", "cuda", False, False),
@@ -171,6 +172,9 @@ def test_triton_gate_follows_the_interpreter_flag(case: TritonCase):
     reason = check_triton(Platform(case.device_type, case.device_type, case.version, case.interpreter))
     if case.passes:
         assert reason is None, reason
+    elif case.interpreter:
+        assert reason == (f"triton {case.version} is too old for the Triton interpreter: hw's kernels need triton "
+                          ">= 3.7 there"), reason
     else:
         assert reason == (f"triton {case.version} is too old: tl.dot_scaled in compiled backends needs triton >= "
                           "3.3"), reason

@@ -113,4 +113,7 @@ def test_the_bound_uses_hw_declared_precision(device, fresh_cache, monkeypatch):
 
     monkeypatch.setattr(hw.logits, "declared_precision", recording)
     assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device) is None
-    assert asked == [(op, "mxfp4", GEOMETRY.head_dim, torch.device(device), None) for op in (Op.DECODE, Op.PREFILL)]
+    want_device = torch.device(device)
+    if want_device.type == "cuda" and want_device.index is None:   # the check runs on the current CUDA device
+        want_device = torch.device("cuda", torch.cuda.current_device())
+    assert asked == [(op, "mxfp4", GEOMETRY.head_dim, want_device, None) for op in (Op.DECODE, Op.PREFILL)]

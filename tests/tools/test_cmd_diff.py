@@ -144,6 +144,7 @@ def test_scorer_cases_check_every_variant_with_its_declared_precision(device, mo
     names = [v.name for v in hw.variants.variants(hw.targets.Op(op), "mxfp4", target)]
     assert [a[3] for a in asked] == names and names
     assert all(a[:3] == (op, "mxfp4", 64) for a in asked)
-    assert results[name]["detail"].endswith("variants " + ", ".join(names))
+    listed = results[name]["detail"].split("variants ", 1)[1].split(", ")
+    assert [entry.split(" (u = ")[0] for entry in listed] == names     # each named, a non-fp32 u noted
     for *_, variant, (n, u) in asked:
         assert n == (2 if "unpack" in variant else 64)
