@@ -337,7 +337,9 @@ def isa_spec(kv_format: str, head_dim: int, heads: int, target: Target, exact_pa
 def _variant(name: str, kv_format: str, targets: frozenset, summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
     return Variant(
-        name=name, op=Op.PREFILL, kv_format=kv_format, targets=targets, default_on=frozenset(),
+        # the NVIDIA default: 3.5x (FP8) and 3.9x (MXFP4) the heads-on-M kernel's rate (docs/perf/h200-bench.md);
+        # AMD and the interpreter keep prefill_variants' until measured
+        name=name, op=Op.PREFILL, kv_format=kv_format, targets=targets, default_on=frozenset({Target.NVIDIA}),
         settings=lambda target, call: keys_m_prefill_settings(target, call.num_heads),
         launch=_launcher(kv_format), precision=declared_precision,
         isa_specs=lambda: tuple(isa_spec(kv_format, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
