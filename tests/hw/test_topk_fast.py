@@ -21,6 +21,7 @@ import hw
 from hw._topk_details import radix_fast
 from hw._topk_details.radix_fast import FastTiling
 from sim.topk import top_k as sim_top_k
+from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
 from tests.sim._assert import assert_exact
 
 pytestmark = pytest.mark.interp
@@ -28,7 +29,6 @@ pytestmark = pytest.mark.interp
 TIE_VALUES = np.array([-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0], dtype=np.float32)
 SPECIAL_VALUES = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.5, -1.5,
                            3.4028235e38, -3.4028235e38, 1.1754944e-38], dtype=np.float32)
-POISON = np.array([np.inf, np.nan, 3e38], dtype=np.float32)
 MIXED_ROWS = 11
 
 
@@ -90,13 +90,6 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
     invisible = (cols < starts[:, None]) | (cols >= ends[:, None])
     x[invisible] = rng.choice(POISON, size=int(invisible.sum()))
     return x
-
-
-def _clamped_ranges(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """The visible [start, end) per row as the kernels define it, in sim's form 0 <= start <= end <= W."""
-    ends = np.clip(np.array(case.lengths, dtype=np.int64), 0, case.width)
-    starts = np.zeros_like(ends) if case.starts is None else np.array(case.starts, dtype=np.int64)
-    return np.clip(starts, 0, ends), ends
 
 
 @pytest.mark.parametrize("tiling", TILINGS, ids=str)
