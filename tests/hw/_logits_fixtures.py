@@ -31,7 +31,7 @@ ADVERSARIAL_TINY_EXP = -26      # 2^-26 < half an ulp of 1.0 (2^-24): lost when 
 
 
 def adversarial_key():
-    """The reviewer's key that separates n = D from n = D/32 (DESIGN §4), D = 128, H = 1, one token:
+    """The adversarial key that separates n = D from n = D/32 (DESIGN §4), D = 128, H = 1, one token:
     q all 1.0; the key has 1.0 at element 0 (the rest of block 0 zero) and 2^-26 in all 96 elements of blocks 1..3,
     so q.k = 1 + 96 * 2^-26. Summed one product at a time in fp32 from element 0 every 2^-26 is lost (result 1.0,
     error 1.43e-6); exact 32-element block sums (2^-21 each) are kept.

@@ -79,7 +79,7 @@ class WeightCase:
 
 
 WEIGHT_CASES = [
-    # The reviewer's bf16 subnormals (once folded wrongly in the interpreter), bf16's smallest and largest
+    # bf16 subnormals (the interpreter's bf16 -> fp32 cast flushes them), bf16's smallest and largest
     # subnormal, its smallest normal, -0.0, its largest finite value, Inf and NaN.
     WeightCase("bf16", (1e-39, 3e-39, 5e-40, -2e-39, 2.0 ** -133, -(2.0 ** -126 - 2.0 ** -133), 2.0 ** -126, -0.0,
                         3.3895313892515355e38, np.inf, np.nan, -1.5), subnormals=6),
