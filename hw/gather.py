@@ -28,7 +28,7 @@ from .layout import HEAD_DIMS, LAYOUTS_OF, PAGE_LAYOUTS, bytes_per_token, check_
 
 
 def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[str, int]:
-    """(kv_format, D) from `layout` or, if None, from kv_cache's bytes_per_token (ValueError if ambiguous/none)."""
+    """(kv_dtype, D) from `layout` or, if None, from kv_cache's bytes_per_token (ValueError if ambiguous/none)."""
     check_tensor("kv_cache", kv_cache, dtypes=torch.uint8, ndim=4)
     bpt = kv_cache.shape[3]
     fits = {fmt: d for fmt in LAYOUTS_OF for d in HEAD_DIMS if bytes_per_token(fmt, d) == bpt}
@@ -91,14 +91,14 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     Without validation, a token whose page id lies outside [0, num_pages) or whose logical page is >= max_pages
     (a sequence longer than its block-table row) is returned as zero bytes rather than read out of bounds.
     """
-    kv_format, head_dim = _format_and_head_dim(kv_cache, layout)
-    view = check_cache_view("kv_cache", kv_cache, kv_format, head_dim, layout)
+    kv_dtype, head_dim = _format_and_head_dim(kv_cache, layout)
+    view = check_cache_view("kv_cache", kv_cache, kv_dtype, head_dim, layout)
     check_tensor("block_table", block_table, dtypes=torch.int32, ndim=2)
     batch = block_table.shape[0]
     check_tensor("cu_seq_lens", cu_seq_lens, dtypes=torch.int32, shape=(batch + 1,), contiguous=True)
     device = check_same_device(kv_cache=kv_cache, block_table=block_table, cu_seq_lens=cu_seq_lens)
     validate = validate_requested(validate)
-    kernel = gather_fp8_kernel if kv_format == "fp8" else gather_mxfp4_kernel
+    kernel = gather_fp8_kernel if kv_dtype == "fp8" else gather_mxfp4_kernel
     check_kernel_device("kv_cache", device, kernel)
     if num_tokens is None:
         if stream_capturing():
@@ -108,7 +108,7 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     check_int("num_tokens", num_tokens, 0)
     if validate:
         _validate_gather(view, block_table, cu_seq_lens, num_tokens)
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         values = torch.empty(num_tokens, head_dim, dtype=torch.uint8, device=device)
         scales = torch.empty(num_tokens, dtype=torch.float32, device=device)
         out = (values, scales.view(torch.int32))
@@ -125,4 +125,4 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
             kv_cache, block_table, cu_seq_lens, *out, num_tokens, batch, block_table.shape[1], view.num_pages,
             view.page_stride, *block_table.stride(), D=head_dim, D_PAD=triton.next_power_of_2(head_dim),
             P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B, num_warps=NUM_WARPS, **extra)
-    return (values.view(FP8_DTYPE), scales) if kv_format == "fp8" else (values, scales)
+    return (values.view(FP8_DTYPE), scales) if kv_dtype == "fp8" else (values, scales)

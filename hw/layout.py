@@ -17,9 +17,9 @@ import torch
 
 from .checks import MX_BLOCK, PAGE_STRIDE_ALIGN, check_tensor
 
-KV_FORMATS = ("fp8", "mxfp4")                                  # the cache formats (kv_dtype)
+KV_DTYPES = ("fp8", "mxfp4")                                  # the cache formats
 LAYOUTS_OF = {"fp8": ("fp8",), "mxfp4": ("mxfp4", "mxfp4_tiled")}  # format -> its page layouts, planar first
-PAGE_LAYOUTS = tuple(layout for fmt in KV_FORMATS for layout in LAYOUTS_OF[fmt])
+PAGE_LAYOUTS = tuple(layout for fmt in KV_DTYPES for layout in LAYOUTS_OF[fmt])
 PAGE_SIZES = (16, 32, 64, 128, 256)
 HEAD_DIMS = range(MX_BLOCK, 257, MX_BLOCK)   # DESIGN §2: multiples of 32 in 32..256
 SCORER_HEAD_DIMS = tuple(d for d in HEAD_DIMS if d & (d - 1) == 0)   # the scorer tiles: 32, 64, 128, 256
@@ -27,18 +27,18 @@ TILE_HEAD_DIM = 128                          # mxfp4_tiled: D a multiple of 128 
 TILE_TOKENS = 4                              # ... and P a multiple of 4 (one scale word holds 4 tokens)
 
 
-def bytes_per_token(kv_format: str, head_dim: int) -> int:
+def bytes_per_token(kv_dtype: str, head_dim: int) -> int:
     """K-cache bytes per token (and layer): fp8 D value bytes + one fp32 scale; mxfp4 D/2 code bytes + D/32 E8M0
-    scale bytes. ValueError for a format not in KV_FORMATS (head_dim is not checked: see check_head_dim)."""
-    resolve_layout(kv_format, None)
-    return head_dim + 4 if kv_format == "fp8" else head_dim // 2 + head_dim // 32
+    scale bytes. ValueError for a format not in KV_DTYPES (head_dim is not checked: see check_head_dim)."""
+    resolve_layout(kv_dtype, None)
+    return head_dim + 4 if kv_dtype == "fp8" else head_dim // 2 + head_dim // 32
 
 
 @dataclass(frozen=True)
 class CacheView:
     """Resolved geometry of a checked cache view."""
 
-    kv_format: str      # "fp8" | "mxfp4"
+    kv_dtype: str      # "fp8" | "mxfp4"
     layout: str         # "fp8" | "mxfp4" | "mxfp4_tiled"
     num_pages: int
     page_size: int      # P tokens per page
@@ -48,19 +48,19 @@ class CacheView:
     @property
     def scale_base(self) -> int:
         """Page-local byte offset of the scale region (after the P tokens' values)."""
-        return self.page_size * (self.head_dim if self.kv_format == "fp8" else self.head_dim // 2)
+        return self.page_size * (self.head_dim if self.kv_dtype == "fp8" else self.head_dim // 2)
 
 
-def resolve_layout(kv_format: str, layout: str | None) -> str:
-    """The layout a (kv_format, layout) argument pair selects: None -> the format's planar layout."""
-    if not isinstance(kv_format, str) or kv_format not in KV_FORMATS:
-        raise ValueError(f"kv_dtype must be one of {KV_FORMATS}, got {kv_format!r}")
+def resolve_layout(kv_dtype: str, layout: str | None) -> str:
+    """The layout a (kv_dtype, layout) argument pair selects: None -> the format's planar layout."""
+    if not isinstance(kv_dtype, str) or kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     if layout is None:
-        return kv_format
+        return kv_dtype
     if not isinstance(layout, str):
-        raise ValueError(f"layout must be None or one of {LAYOUTS_OF[kv_format]}, got a {type(layout).__name__}")
-    if layout not in LAYOUTS_OF[kv_format]:
-        raise ValueError(f"layout {layout!r} is not valid for {kv_format}; choose one of {LAYOUTS_OF[kv_format]}")
+        raise ValueError(f"layout must be None or one of {LAYOUTS_OF[kv_dtype]}, got a {type(layout).__name__}")
+    if layout not in LAYOUTS_OF[kv_dtype]:
+        raise ValueError(f"layout {layout!r} is not valid for {kv_dtype}; choose one of {LAYOUTS_OF[kv_dtype]}")
     return layout
 
 
@@ -81,21 +81,21 @@ def check_scorer_head_dim(name: str, head_dim: int, layout: str | None) -> None:
         raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
 
 
-def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout: str | None,
+def check_cache_view(name: str, kv_cache, kv_dtype: str, head_dim: int, layout: str | None,
                      device: torch.device | None = None) -> CacheView:
     """Validate `kv_cache` (host-side only: shape, dtype, strides, alignment) and return its geometry.
 
-    kv_cache must be uint8 [num_pages, P, 1, bytes_per_token(kv_format, head_dim)] with P in PAGE_SIZES,
+    kv_cache must be uint8 [num_pages, P, 1, bytes_per_token(kv_dtype, head_dim)] with P in PAGE_SIZES,
     stride(3) == 1, stride(1) == bytes_per_token, stride(0) (the page stride S) a multiple of 16 and >= the page's
     P * bytes_per_token bytes (any S when num_pages == 1), and a data pointer on a 16-byte boundary. `device`, when
     given, is the device of the call's other tensors. ValueError names `name` on any mismatch."""
-    layout = resolve_layout(kv_format, layout)
+    layout = resolve_layout(kv_dtype, layout)
     check_head_dim(name, head_dim, layout)
     check_tensor(name, kv_cache, dtypes=torch.uint8, ndim=4, device=device)
     num_pages, page_size, one, bpt = kv_cache.shape
-    want_bpt = bytes_per_token(kv_format, head_dim)
+    want_bpt = bytes_per_token(kv_dtype, head_dim)
     if one != 1 or bpt != want_bpt:
-        raise ValueError(f"{name} must have shape [num_pages, P, 1, {want_bpt}] for {kv_format} with D={head_dim}, "
+        raise ValueError(f"{name} must have shape [num_pages, P, 1, {want_bpt}] for {kv_dtype} with D={head_dim}, "
                          f"got {list(kv_cache.shape)}")
     if page_size not in PAGE_SIZES:
         raise ValueError(f"{name}: page size (dim 1) must be one of {PAGE_SIZES}, got {page_size}")
@@ -113,7 +113,7 @@ def check_cache_view(name: str, kv_cache, kv_format: str, head_dim: int, layout:
     if kv_cache.data_ptr() % PAGE_STRIDE_ALIGN:
         raise ValueError(f"{name}: the view must start on a {PAGE_STRIDE_ALIGN}-byte boundary "
                          f"(view offsets are multiples of 16)")
-    return CacheView(kv_format, layout, num_pages, page_size, head_dim, s0 if num_pages > 1 else max(s0, page_bytes))
+    return CacheView(kv_dtype, layout, num_pages, page_size, head_dim, s0 if num_pages > 1 else max(s0, page_bytes))
 
 
 def check_pages_in_span(block_table: torch.Tensor, lengths: torch.Tensor, view: CacheView) -> None:

@@ -35,7 +35,7 @@ from .checks import (
     check_tensor,
     validate_requested,
 )
-from .layout import KV_FORMATS, check_cache_view, check_pages_in_span, check_scorer_head_dim
+from .layout import KV_DTYPES, check_cache_view, check_pages_in_span, check_scorer_head_dim
 from .targets import Op, Target, target_of
 from .variants import select
 
@@ -51,19 +51,19 @@ def scorer_target(device) -> Target:
     return target_of(device, prefill_logits_kernel)
 
 
-def declared_precision(op: Op, kv_format: str, head_dim: int, device, variant: str | None = None) -> tuple[int, float]:
-    """(n, u) of DESIGN §4's bound for a launch of scorer `op` (Op.PREFILL | Op.DECODE) with `kv_format` inputs of
+def declared_precision(op: Op, kv_dtype: str, head_dim: int, device, variant: str | None = None) -> tuple[int, float]:
+    """(n, u) of DESIGN §4's bound for a launch of scorer `op` (Op.PREFILL | Op.DECODE) with `kv_dtype` inputs of
     head dim D on `device`, by the variant the launch takes (`variant`, else the default). ValueError for an
     unknown op, format or variant, or a head dim that is not a multiple of 32."""
     if op not in SCORER_OPS:
         raise ValueError(f"op must be one of {[o.name for o in SCORER_OPS]}, got {op!r}")
-    if kv_format not in KV_FORMATS:
-        raise ValueError(f"kv_format must be one of {KV_FORMATS}, got {kv_format!r}")
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     check_int("head_dim", head_dim, 32)
     if head_dim % 32:
         raise ValueError(f"head_dim must be a multiple of 32, got {head_dim}")
     target = scorer_target(device)
-    return select(op, target, kv_format, variant).precision(head_dim, target)
+    return select(op, target, kv_dtype, variant).precision(head_dim, target)
 
 
 def kernels_interpreted() -> bool:
@@ -81,7 +81,7 @@ def _check_logits_dtype(logits_dtype) -> None:
 def _split_pair(name: str, pair, ndim: int, device=None):
     """Parse a DESIGN §8 (values, scales) query pair whose values are `ndim`-D.
 
-    Returns (kv_format, values uint8 [..., D or D/2], scales uint8 [..., D/32] or None, D, leading shape)."""
+    Returns (kv_dtype, values uint8 [..., D or D/2], scales uint8 [..., D/32] or None, D, leading shape)."""
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise ValueError(f"{name} must be a (values, scales) pair, got {type(pair).__name__}")
     values, scales = pair
@@ -112,17 +112,17 @@ def _mx_scales(name: str, scales, lead_shape: tuple, head_dim: int, device) -> t
     return scales
 
 
-def _split_kv(kv, kv_format: str, head_dim: int, device):
+def _split_kv(kv, kv_dtype: str, head_dim: int, device):
     """Parse the prefill (values, scales) keys: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4 (uint8 [SK, D/2],
     uint8 [SK, D/32] or int32 [SK, 1] at D = 128). Returns (values uint8, scales) with the scales' bytes."""
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise ValueError(f"kv must be a (values, scales) pair, got {type(kv).__name__}")
     values, scales = kv
     if isinstance(values, torch.Tensor) and values.dtype in (FP8_DTYPE, torch.uint8) and \
-            (values.dtype == FP8_DTYPE) != (kv_format == "fp8"):
-        raise ValueError(f"kv[0] is {values.dtype} but q is {kv_format}: q and kv must share a format "
+            (values.dtype == FP8_DTYPE) != (kv_dtype == "fp8"):
+        raise ValueError(f"kv[0] is {values.dtype} but q is {kv_dtype}: q and kv must share a format "
                          "(FP8: float8_e4m3fn values; MXFP4: uint8 codes)")
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         check_tensor("kv[0]", values, dtypes=FP8_DTYPE, shape=(None, head_dim), device=device, contiguous=True)
         check_tensor("kv[1]", scales, dtypes=torch.float32, shape=(values.shape[0],), device=device,
                      contiguous=True)
@@ -167,9 +167,9 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     _check_logits_dtype(logits_dtype)
     if check_int("max_seqlen_k", max_seqlen_k, 0) != 0:
         raise ValueError(f"max_seqlen_k = {max_seqlen_k!r} is not supported (only 0: the full [S, SK] output)")
-    kv_format, q_v, q_s, head_dim, (num_q, num_heads) = _split_pair("q", q, 3)
+    kv_dtype, q_v, q_s, head_dim, (num_q, num_heads) = _split_pair("q", q, 3)
     device = q_v.device
-    k_v, k_s = _split_kv(kv, kv_format, head_dim, device)
+    k_v, k_s = _split_kv(kv, kv_dtype, head_dim, device)
     num_k = k_v.shape[0]
     check_tensor("weights", weights, dtypes=torch.float32, shape=(num_q, num_heads), device=device,
                  contiguous=True)
@@ -179,7 +179,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
     check_kernel_device("q[0]", device, prefill_logits_kernel)
-    chosen = select(Op.PREFILL, scorer_target(device), kv_format, variant)
+    chosen = select(Op.PREFILL, scorer_target(device), kv_dtype, variant)
     if validate:
         _validate_ranges(cu_seq_len_k_start, cu_seq_len_k_end, num_k)
 
@@ -256,11 +256,11 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     if indices is not None:
         raise ValueError("indices is not supported (the scorer always covers every visible column); pass None")
     width = check_int("max_context_len", max_context_len, 0)
-    kv_format, q_v, q_s, head_dim, (batch, next_n, num_heads) = _split_pair("q", q, 4)
+    kv_dtype, q_v, q_s, head_dim, (batch, next_n, num_heads) = _split_pair("q", q, 4)
     device = q_v.device
     if next_n < 1:
         raise ValueError(f"q must have next_n = q[0].shape[1] >= 1, got {next_n}")
-    view = check_cache_view("kv_cache", kv_cache, kv_format, head_dim, layout, device)
+    view = check_cache_view("kv_cache", kv_cache, kv_dtype, head_dim, layout, device)
     check_tensor("weights", weights, dtypes=torch.float32, shape=(batch * next_n, num_heads), device=device,
                  contiguous=True)
     check_tensor("context_lens", context_lens, dtypes=torch.int32, device=device, contiguous=True)
@@ -277,7 +277,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
                          f"{list(schedule_meta.shape)}")
     check_kernel_device("q[0]", device, paged_logits_kernel)
-    chosen = select(Op.DECODE, scorer_target(device), kv_format, variant)
+    chosen = select(Op.DECODE, scorer_target(device), kv_dtype, variant)
     cap = min(width, block_table.shape[1] * view.page_size)
     if validate:
         _validate_paged(view, context_lens, block_table, schedule_meta, cap)

@@ -114,7 +114,7 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     check_int32_extent("k", k, (1,), COLUMN_OFFSETS)
     check_kernel_device("k", device, k_quant_cache_mxfp4_kernel)
     rule = _scale_rule_id(scale_rule)
-    if view.kv_format == "fp8" and rule != SCALE_RULE_IDS[CANONICAL_SCALE_RULE]:
+    if view.kv_dtype == "fp8" and rule != SCALE_RULE_IDS[CANONICAL_SCALE_RULE]:
         raise ValueError(f"scale_rule applies to mxfp4 only; fp8 K scales have one definition (leave scale_rule "
                          f"at {CANONICAL_SCALE_RULE!r}), got {scale_rule!r}")
     num_slots = view.num_pages * view.page_size
@@ -127,7 +127,7 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     common = (k, kv_cache, slot_mapping, num_tokens, num_slots, view.page_stride,
               *k.stride(), slot_mapping.stride(0))
     d_pad = triton.next_power_of_2(head_dim)
-    if view.kv_format == "fp8":
+    if view.kv_dtype == "fp8":
         k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=block_t,
                                        num_warps=NUM_WARPS)
     else:

@@ -52,9 +52,9 @@ class Variant:
 
     name        unique within its op, e.g. "mxfp4_unpack"; the `variant=` keyword of the op's launcher takes it.
     op          the Op it computes.
-    kv_format   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
+    kv_dtype   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
     targets     the Targets it runs on.
-    default_on  the Targets where it is the default; when several variants of one (op, kv_format) claim a
+    default_on  the Targets where it is the default; when several variants of one (op, kv_dtype) claim a
                 target, the first in registry order that runs there is chosen.
     settings    settings(target, call) -> the launch settings (a frozen record of the variant's own type),
                 a pure function of the target and the call's shapes.
@@ -67,7 +67,7 @@ class Variant:
 
     name: str
     op: Op
-    kv_format: str | None
+    kv_dtype: str | None
     targets: frozenset
     default_on: frozenset
     settings: Callable[[Target, Any], Any]

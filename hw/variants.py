@@ -5,7 +5,7 @@ registry, so a variant exists in one place. Adding one (docs/kernels.md, "Adding
 module (kernel, settings, launch, precision, ISA specs, ending in a `Variant` record, see hw.targets.Variant) and add
 that record to REGISTRY below.
 
-The default of an (op, kv_format) on a target is the first variant in REGISTRY order that lists the target in
+The default of an (op, kv_dtype) on a target is the first variant in REGISTRY order that lists the target in
 `default_on` and runs there; `variant="name"` on a launcher picks one explicitly.
 """
 from __future__ import annotations
@@ -30,30 +30,30 @@ REGISTRY: dict[Op, tuple[Variant, ...]] = {
 }
 
 
-def variants(op: Op, kv_format: str | None = None, target: Target | None = None) -> tuple[Variant, ...]:
-    """The variants of `op` (of `kv_format`, running on `target`, when given), in registry order."""
-    return tuple(v for v in REGISTRY[op] if (kv_format is None or v.kv_format == kv_format)
+def variants(op: Op, kv_dtype: str | None = None, target: Target | None = None) -> tuple[Variant, ...]:
+    """The variants of `op` (of `kv_dtype`, running on `target`, when given), in registry order."""
+    return tuple(v for v in REGISTRY[op] if (kv_dtype is None or v.kv_dtype == kv_dtype)
                  and (target is None or v.runs_on(target)))
 
 
-def select(op: Op, target: Target, kv_format: str | None = None, name: str | None = None) -> Variant:
+def select(op: Op, target: Target, kv_dtype: str | None = None, name: str | None = None) -> Variant:
     """The variant a launch of `op` takes on `target`: `name` when given (ValueError if it is not a variant of
     this op and format, or does not run on the target), else the default (module docstring)."""
     if name is not None:
         found = [v for v in REGISTRY[op] if v.name == name]
-        if not found or (kv_format is not None and found[0].kv_format != kv_format):
-            names = [v.name for v in variants(op, kv_format)]
+        if not found or (kv_dtype is not None and found[0].kv_dtype != kv_dtype):
+            names = [v.name for v in variants(op, kv_dtype)]
             raise ValueError(f"variant must be one of {names} for {op.value}"
-                             + (f" with {kv_format} inputs" if kv_format else "") + f", got {name!r}")
+                             + (f" with {kv_dtype} inputs" if kv_dtype else "") + f", got {name!r}")
         if not found[0].runs_on(target):
             where = sorted(t.value for t in found[0].targets)
             raise ValueError(f"variant {name!r} does not run on {target.value} (it runs on {where}); "
-                             f"variants that do: {[v.name for v in variants(op, kv_format, target)]}")
+                             f"variants that do: {[v.name for v in variants(op, kv_dtype, target)]}")
         return found[0]
-    for v in variants(op, kv_format, target):
+    for v in variants(op, kv_dtype, target):
         if target in v.default_on:
             return v
-    raise AssertionError(f"no default {op.value} variant for {kv_format} on {target.value}")   # registry bug
+    raise AssertionError(f"no default {op.value} variant for {kv_dtype} on {target.value}")   # registry bug
 
 
 def isa_specs() -> tuple:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from hw.layout import KV_FORMATS, LAYOUTS_OF
+from hw.layout import KV_DTYPES, LAYOUTS_OF
 
 # The names of sim.formats.ScaleRule (integration may import sim only for its self-check, so the names are
 # listed here and a test pins them to the enum).
@@ -44,7 +44,7 @@ class IndexerConfig:
     scale_rule: str = CANONICAL_SCALE_RULE
 
     def __post_init__(self):
-        _check_choice(KEY_KV_DTYPE, self.kv_dtype, KV_FORMATS)
+        _check_choice(KEY_KV_DTYPE, self.kv_dtype, KV_DTYPES)
         _check_choice(KEY_SCALE_RULE, self.scale_rule, SCALE_RULES)
         if self.layout is not None:
             _check_choice(KEY_LAYOUT, self.layout, LAYOUTS_OF["mxfp4"])

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from hw.layout import KV_FORMATS, bytes_per_token
+from hw.layout import KV_DTYPES, bytes_per_token
 from hw.topk import MAX_K
 
 from .config import IndexerConfig
@@ -144,7 +144,7 @@ def run_demo(config: IndexerConfig, settings: DemoSettings, device: str, *,
     variants = [_run_variant(model.with_rotation(rotate), decision, pool_layout, settings, dev, progress)
                 for rotate in (True, False)]
     return DemoResult(device, settings, decision, gate_seconds,
-                      {fmt: bytes_per_token(fmt, settings.model.head_dim) for fmt in KV_FORMATS},
+                      {fmt: bytes_per_token(fmt, settings.model.head_dim) for fmt in KV_DTYPES},
                       pool_layout, variants)
 
 

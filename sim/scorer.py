@@ -313,15 +313,15 @@ def decode_logits(q, pool, geom, weights, context_lens, block_table, max_context
 
 
 # ============================================================================================ error bound
-def dot_product_roundings(kv_format: str, head_dim: int) -> int:
+def dot_product_roundings(kv_dtype: str, head_dim: int) -> int:
     """n of DESIGN §4 for a kernel that keeps each 32-element block sum exact: MXFP4 (any layout) D/32; FP8 D.
     A kernel whose path sums all D products in fp32 (e.g. tl.dot_scaled's decomposition) declares n = D itself:
     `mxidx diff` takes n from hw.logits.dot_product_roundings."""
-    if kv_format in ("mxfp4", "mxfp4_tiled"):
+    if kv_dtype in ("mxfp4", "mxfp4_tiled"):
         return head_dim // MX_BLOCK
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         return head_dim
-    raise ValueError(f"kv_format must be 'fp8', 'mxfp4' or 'mxfp4_tiled', got {kv_format!r}")
+    raise ValueError(f"kv_dtype must be 'fp8', 'mxfp4' or 'mxfp4_tiled', got {kv_dtype!r}")
 
 
 def _bound_factor(n_roundings: int, num_heads: int, head_dim: int, u: float) -> float:
@@ -336,7 +336,7 @@ def _bound_factor(n_roundings: int, num_heads: int, head_dim: int, u: float) -> 
 def prefill_error_bound(q, k, weights, ks, ke, *, n_roundings: int, u: float = FP32_UNIT_ROUNDOFF) -> np.ndarray:
     """Bound on |kernel - prefill_logits(...)| per entry, float64[S, SK]; 0 on invisible entries (exact match).
 
-    Same arguments as prefill_logits; n_roundings = dot_product_roundings(kv_format, D); u = the kernel's declared
+    Same arguments as prefill_logits; n_roundings = dot_product_roundings(kv_dtype, D); u = the kernel's declared
     unit roundoff. Entries are NaN where the inputs hold NaN (the reference is NaN there too).
     """
     magnitude = _prefill(q, k, weights, ks, ke, 0.0, score_rows_numpy, magnitude=True)   # validates q first

@@ -271,7 +271,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
     ceil = _ceilings(inner=5, replays=replays)
     target = scorer_target("cuda")
     # every decode variant that runs here on its format's planar pages, and the MXFP4 default on the tiled pages
-    runs = [(v.kv_format, None, v.name) for v in variants(Op.DECODE, target=target)]
+    runs = [(v.kv_dtype, None, v.name) for v in variants(Op.DECODE, target=target)]
     if head_dim % 128 == 0:
         runs.append(("mxfp4", "mxfp4_tiled", select(Op.DECODE, target, "mxfp4").name))
     decode = []
@@ -292,7 +292,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
         for v in chosen:
             label = f"{v.name} {'causal' if causal else 'full'}"
             click.echo(f"prefill {label} ...", err=True)
-            row = _prefill_case(v.kv_format, variant=v.name, queries=prefill_queries, keys=prefill_queries,
+            row = _prefill_case(v.kv_dtype, variant=v.name, queries=prefill_queries, keys=prefill_queries,
                                 heads=heads, head_dim=head_dim, causal=causal, inner=3, replays=replays)
             row["variant"] = label
             row["frac_bf16_mm"] = row["TFLOPs"] / ceil["bf16_TFLOPs"]

@@ -64,7 +64,6 @@ from sim.testing import (
 )
 
 PASS, FAIL = "pass", "FAIL"
-CPU_NUM_SMS = 4                  # persistent-grid size for the interpreter (the GPU uses its SM count)
 
 
 # ------------------------------------------------------------------------------------------------ environment
@@ -78,7 +77,7 @@ class Env:
     hw: object           # the hw package (cases call env.hw.<launcher>, looked up at call time: tests
                          # monkeypatch hw attributes)
     testing: object      # hw.testing: the numpy <-> torch adapters
-    num_sms: int         # persistent-grid size handed to get_paged_mqa_logits_metadata
+    num_sms: int         # persistent-grid size handed to get_paged_mqa_logits_metadata (the hook's default)
 
     def tensor(self, a: np.ndarray, dtype=None):
         """hw.testing.host_to_device onto the env's device."""
@@ -116,9 +115,9 @@ def make_env(device: str | None = "auto") -> Env:
 
     import hw
     from hw import testing
+    from integration.schedule import default_num_sms  # the persistent grid the hook uses
 
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else CPU_NUM_SMS
-    return Env(device=device, hw=hw, testing=testing, num_sms=num_sms)
+    return Env(device=device, hw=hw, testing=testing, num_sms=default_num_sms(torch.device(device)))
 
 
 # ------------------------------------------------------------------------------------------------ comparisons

@@ -62,11 +62,11 @@ def _prefill_rows(replays, names, grid, size):
     shape = PREFILL_SHAPE | ({"queries": size, "keys": size} if size else {})
     for v in (v for v in variants(Op.PREFILL, target=scorer_target("cuda")) if not names or v.name in names):
         for setting in _product(grid or PREFILL_GRID):
-            call, flops = prefill_inputs(v.kv_format, "cuda", variant=v.name, launch_settings=setting, **shape)
+            call, flops = prefill_inputs(v.kv_dtype, "cuda", variant=v.name, launch_settings=setting, **shape)
             row = _timed([call], inner=3, replays=replays)
             if "time_us" in row:
                 row["TFLOPs"] = flops / row["time_us"] / 1e6
-            yield {"kernel": "prefill", "format": v.kv_format, "variant": v.name, "size": shape["queries"], **setting,
+            yield {"kernel": "prefill", "format": v.kv_dtype, "variant": v.name, "size": shape["queries"], **setting,
                    **row}
 
 
@@ -97,13 +97,13 @@ def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
     for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM[:1] if grid else DECODE_PROGRAMS_PER_SM):
         for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options,
                                                                 tokens_options):
-            sets = [decode_inputs(v.kv_format, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
+            sets = [decode_inputs(v.kv_dtype, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
                                   variant=v.name, launch_settings=setting, **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
             row = _timed([call for call, _ in sets], inner=20, replays=replays)
             if "time_us" in row:
                 row["GBps"] = sets[0][1] / row["time_us"] / 1e3
-            yield {"kernel": "decode", "format": v.kv_format, "variant": v.name, "programs_per_sm": per_sm,
+            yield {"kernel": "decode", "format": v.kv_dtype, "variant": v.name, "programs_per_sm": per_sm,
                    **setting, **row}
             del sets
             torch.cuda.empty_cache()

@@ -139,7 +139,7 @@ NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AM
 FP8_PROMOTE_K = 0
 
 
-def declared_precision(kv_format: str, head_dim: int, target: Target, path: str | None = None) -> tuple[int, float]:
+def declared_precision(kv_dtype: str, head_dim: int, target: Target, path: str | None = None) -> tuple[int, float]:
     """(n, u) of DESIGN §4's bound |kernel - ref| <= (n + H + 2) * u * sum_h |w_h| sum_d |q_hd k_d| for this kernel
     on `target` (MXFP4: on `path`, default DEFAULT_PATH[target]).
 
@@ -154,23 +154,23 @@ def declared_precision(kv_format: str, head_dim: int, target: Target, path: str 
     that. MXFP4 "dot_scaled": n = D, u = 2^-24 (the interpreter's emulation sums all D products in fp32; gfx950's
     scaled MFMA does not document its internal accumulation).
     ValueError for an unknown format, target or path, or a head dim that is not a multiple of 32."""
-    path = _check_path(kv_format, target, path)
+    path = _check_path(kv_dtype, target, path)
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % MX_BLOCK.value:
         raise ValueError(f"head_dim must be a positive multiple of {MX_BLOCK.value}, got {head_dim!r}")
-    mma_fp8 = kv_format == "fp8" or path == "fold"
+    mma_fp8 = kv_dtype == "fp8" or path == "fold"
     if not (mma_fp8 and target is Target.NVIDIA):
         return head_dim, FP32_UNIT_ROUNDOFF
     return head_dim, NVIDIA_FP8_MMA_UNIT_ROUNDOFF if FP8_PROMOTE_K else UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF
 
 
-def _check_path(kv_format: str, target: Target, path: str | None) -> str | None:
+def _check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
     """The MXFP4 path a launch takes (None for FP8); ValueError for an unknown format / target / path or a path
     that does not run on the target."""
-    if kv_format not in ("fp8", "mxfp4"):
-        raise ValueError(f"kv_format must be 'fp8' or 'mxfp4', got {kv_format!r}")
+    if kv_dtype not in ("fp8", "mxfp4"):
+        raise ValueError(f"kv_dtype must be 'fp8' or 'mxfp4', got {kv_dtype!r}")
     if not isinstance(target, Target):
         raise ValueError(f"target must be a hw.targets.Target, got {target!r}")
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         if path is not None:
             raise ValueError(f"path applies to MXFP4 only, got path={path!r} for FP8")
         return None
@@ -713,7 +713,7 @@ class KeysMSettings:
     mx_wide: int = MX_WIDE_OVERWRITE.value       # MX_WIDE_TILE | MX_WIDE_KEYS | MX_WIDE_OVERWRITE
 
 
-def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int, page_size: int, *,
+def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
                     path: str | None = None, tokens_per_program: int | None = None, num_stages: int | None = None,
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). Tuning overrides:
@@ -722,7 +722,7 @@ def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int,
     num_warps (4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e. 32 registers a thread,
     else 8: at 64 x 128 on 4 warps, D 128, the MXFP4 kernel takes 224-228 registers on sm_90 and triton 3.9's FP8
     kernel spills 57 SGPRs on gfx950). ValueError as declared_precision."""
-    path = _check_path(kv_format, target, path)
+    path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
     tile_pages = max(1, MIN_TILE_KEYS // page_size)
@@ -731,13 +731,13 @@ def keys_m_settings(target: Target, kv_format: str, num_heads: int, next_n: int,
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=min(MAX_TILES.value, max(1, per_program // keys)),
-        num_stages=NUM_STAGES[target, kv_format] if num_stages is None else num_stages,
+        num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
         num_warps=(4 if keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8) if num_warps is None else num_warps,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 
 def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, out, *, cap: int, page_stride: int,
-                        next_n: int, num_heads: int, head_dim: int, page_size: int, kv_format: str, tiled: bool,
+                        next_n: int, num_heads: int, head_dim: int, page_size: int, kv_dtype: str, tiled: bool,
                         target: Target, path: str | None = None, settings: KeysMSettings | None = None) -> None:
     """Write the visible logits of the paged decode scorer into `out` (DESIGN §4); other entries are untouched
     (fill `out` with -inf first for clean_logits).
@@ -756,18 +756,18 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
       cap           min(W, max_pages * P)
       page_stride   bytes between pages, a multiple of 16 >= the page's bytes
       next_n        N >= 1; num_heads H (1..128 tested); head_dim D in 32, 64, 128, 256; page_size P in 16..256
-      kv_format     "fp8" | "mxfp4"; tiled: the mxfp4_tiled layout (D % 128 == 0, P % 4 == 0)
+      kv_dtype     "fp8" | "mxfp4"; tiled: the mxfp4_tiled layout (D % 128 == 0, P % 4 == 0)
       target        hw.targets.Target (hw.targets.target_of(device, paged_keys_m_kernel)); NVIDIA needs FP8 MMA
                     (compute capability >= 8.9)
       path          MXFP4 only: "fold" | "dot_scaled" (PATH_TARGETS), default DEFAULT_PATH[target]
       settings      keys_m_settings(target, ...) with tuning overrides; default keys_m_settings's defaults
-    declared_precision(kv_format, head_dim, target, path) is the (n, u) of the result's bound.
+    declared_precision(kv_dtype, head_dim, target, path) is the (n, u) of the result's bound.
     The grid is (B, cdiv(cdiv(cap, P), tiles * tile_pages)): fixed by shapes and cap, so a CUDA graph captured with
-    short contexts replays correctly with long ones. ValueError for an unknown kv_format / target / path, a grid
+    short contexts replays correctly with long ones. ValueError for an unknown kv_dtype / target / path, a grid
     too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
-    path = _check_path(kv_format, target, path)
-    s = keys_m_settings(target, kv_format, num_heads, next_n, page_size, path=path) if settings is None else settings
-    mx = kv_format == "mxfp4"
+    path = _check_path(kv_dtype, target, path)
+    s = keys_m_settings(target, kv_dtype, num_heads, next_n, page_size, path=path) if settings is None else settings
+    mx = kv_dtype == "mxfp4"
     if mx and q_v.data_ptr() % WORD_BYTES.value:
         raise ValueError("q_v: MXFP4 codes are read as 32-bit words; data_ptr must be a multiple of 4")
     batch = q_v.shape[0]
@@ -794,9 +794,9 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
 def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads: int = 32,
              target: Target = Target.NVIDIA) -> CompileSpec:
     """The kernel as launch_paged_keys_m launches it by default on `target` (NVIDIA: sm90, AMD: gfx950)."""
-    kv_format = "fp8" if layout == "fp8" else "mxfp4"
-    s = keys_m_settings(target, kv_format, heads, next_n, page_size)
-    path = DEFAULT_PATH[target] if kv_format == "mxfp4" else "mma"
+    kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
+    s = keys_m_settings(target, kv_dtype, heads, next_n, page_size)
+    path = DEFAULT_PATH[target] if kv_dtype == "mxfp4" else "mma"
     pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr")
     types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32"}
     return CompileSpec(
@@ -807,7 +807,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                                                "stride_bt_b", "stride_out_r")}},
         constexprs={"N": next_n, "N_PAD": s.n_pad, "H": heads, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
-                    "KV_FORMAT": (FMT_MXFP4 if kv_format == "mxfp4" else FMT_FP8).value,
+                    "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
                     "PROMOTE_K": s.promote_k, "MX_SPLIT": s.mx_split, "MX_SCALES": s.mx_scales,
                     "MX_WIDE": s.mx_wide},
@@ -822,29 +822,29 @@ ISA_SHAPES = (("fp8", 128, 64, 1, 32), ("mxfp4", 128, 64, 1, 32), ("mxfp4_tiled"
               ("mxfp4", 128, 64, 1, 128), ("mxfp4", 256, 64, 1, 32))
 
 
-def isa_specs(kv_format: str | None = None) -> tuple[CompileSpec, ...]:
-    """ISA_SHAPES (of `kv_format`, when given) on both GPU targets, each on its default path."""
+def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
+    """ISA_SHAPES (of `kv_dtype`, when given) on both GPU targets, each on its default path."""
     return tuple(isa_spec(layout, d, p, n, h, target) for target in (Target.NVIDIA, Target.AMD)
                  for layout, d, p, n, h in ISA_SHAPES
-                 if kv_format is None or (layout == "fp8") == (kv_format == "fp8"))
+                 if kv_dtype is None or (layout == "fp8") == (kv_dtype == "fp8"))
 
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_format: str, path: str | None, targets, default_on, summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
-        return keys_m_settings(target, kv_format, call.num_heads, call.next_n, call.page_size, path=path)
+        return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path)
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:
         launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out, cap=c.cap,
                             page_stride=c.page_stride, next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim,
-                            page_size=c.page_size, kv_format=kv_format, tiled=c.tiled,
+                            page_size=c.page_size, kv_dtype=kv_dtype, tiled=c.tiled,
                             target=target_of(c.out.device, paged_keys_m_kernel), path=path, settings=s)
 
-    specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_format == "fp8")]
-    return Variant(name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=default_on,
+    specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_dtype == "fp8")]
+    return Variant(name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=default_on,
                    settings=settings, launch=launch,
-                   precision=lambda head_dim, target: declared_precision(kv_format, head_dim, target, path),
+                   precision=lambda head_dim, target: declared_precision(kv_dtype, head_dim, target, path),
                    isa_specs=lambda: tuple(isa_spec(*shape, target=t) for t in (Target.NVIDIA, Target.AMD)
                                            if t in targets for shape in specs),
                    summary=summary)

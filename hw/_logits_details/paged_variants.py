@@ -42,13 +42,13 @@ class PagedSettings:
     num_warps: int
 
 
-def paged_settings(kv_format: str, num_heads: int, next_n: int, page_size: int) -> PagedSettings:
+def paged_settings(kv_dtype: str, num_heads: int, next_n: int, page_size: int) -> PagedSettings:
     n_pad = 1 << (next_n - 1).bit_length()
     return PagedSettings(n_pad=n_pad, h_pad=head_pad(num_heads, n_pad, MMA_MIN_ROWS),
-                         pages_per_step=max(1, TOKENS_PER_STEP[kv_format] // page_size), num_warps=NUM_WARPS)
+                         pages_per_step=max(1, TOKENS_PER_STEP[kv_dtype] // page_size), num_warps=NUM_WARPS)
 
 
-def _launcher(kv_format: str, mx_path):
+def _launcher(kv_dtype: str, mx_path):
     def launch(call: DecodeCall, s: PagedSettings) -> None:
         c = call
         paged_logits_kernel[(c.num_programs,)](
@@ -57,18 +57,18 @@ def _launcher(kv_format: str, mx_path):
             c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
             c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
             N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size,
-            PAGES_PER_STEP=s.pages_per_step, KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8,
+            PAGES_PER_STEP=s.pages_per_step, KV_FORMAT=KV_MXFP4 if kv_dtype == "mxfp4" else KV_FP8,
             TILED=c.tiled, CTX_2D=c.context_lens.dim() == 2, MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K,
             num_warps=s.num_warps)
     return launch
 
 
 def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n: int, target: Target):
-    kv_format = "fp8" if layout == "fp8" else "mxfp4"
-    s = paged_settings(kv_format, ISA_HEADS, next_n, page_size)
+    kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
+    s = paged_settings(kv_dtype, ISA_HEADS, next_n, page_size)
     pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr")
     return CompileSpec(
-        label=f"paged_logits/{layout}/{'mma' if kv_format == 'fp8' else path}/D{head_dim}/P{page_size}/N{next_n}",
+        label=f"paged_logits/{layout}/{'mma' if kv_dtype == 'fp8' else path}/D{head_dim}/P{page_size}/N{next_n}",
         fn=paged_logits_kernel,
         signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
                    "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "cap": "i32", "page_stride": "i32",
@@ -76,22 +76,22 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
                                                "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
                                                "stride_bt_b", "stride_out_r")}},
         constexprs={"N": next_n, "N_PAD": s.n_pad, "H": ISA_HEADS, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
-                    "PAGES_PER_STEP": s.pages_per_step, "KV_FORMAT": (KV_MXFP4 if kv_format == "mxfp4"
+                    "PAGES_PER_STEP": s.pages_per_step, "KV_FORMAT": (KV_MXFP4 if kv_dtype == "mxfp4"
                                                                       else KV_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_PATH": mx_path.value,
                     "PROMOTE_K": FP8_PROMOTE_K},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
-        scaled_mfma=kv_format == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64)
+        scaled_mfma=kv_dtype == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64)
 
 
-def _variant(name: str, kv_format: str, path: str, mx_path, targets, default_on, precision, shapes,
+def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, shapes,
              summary: str) -> Variant:
     """shapes: the (layout, D, P, next_n) instantiations the cross-compile report checks on each GPU target."""
     compiled = [t for t in (Target.AMD, Target.NVIDIA) if t in targets]
     return Variant(
-        name=name, op=Op.DECODE, kv_format=kv_format, targets=frozenset(targets), default_on=frozenset(default_on),
-        settings=lambda target, call: paged_settings(kv_format, call.num_heads, call.next_n, call.page_size),
-        launch=_launcher(kv_format, mx_path), precision=precision,
+        name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=frozenset(default_on),
+        settings=lambda target, call: paged_settings(kv_dtype, call.num_heads, call.next_n, call.page_size),
+        launch=_launcher(kv_dtype, mx_path), precision=precision,
         isa_specs=lambda: tuple(_spec(lay, path, mx_path, d, p, n, t) for lay, d, p, n in shapes for t in compiled),
         summary=summary)
 

@@ -285,11 +285,11 @@ def keys_m_prefill_settings(target: Target, num_heads: int) -> KeysMPrefillSetti
         promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 
-def _launcher(kv_format: str):
+def _launcher(kv_dtype: str):
     def launch(call: PrefillCall, s: KeysMPrefillSettings) -> None:
         """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: two launches,
         the fold pass and the exact pass, with an int32 flag per program between them (allocated here)."""
-        mx = kv_format == "mxfp4"
+        mx = kv_dtype == "mxfp4"
         grid = (triton.cdiv(call.num_q, s.block_q),)
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         for exact_pass in (False, True) if mx else (False,):
@@ -313,16 +313,16 @@ _ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "str
 _POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr")
 
 
-def isa_spec(kv_format: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
+def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
     """The kernel as the launcher runs it by default on `target` (NVIDIA: sm90, AMD: gfx950); MXFP4: its fold
     pass, or with exact_pass its exact pass."""
-    mx = kv_format == "mxfp4"
+    mx = kv_dtype == "mxfp4"
     s = keys_m_prefill_settings(target, heads)
     types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
              "out_ptr": "*fp32", "wide_ptr": "*i32"}
     path = "exact" if exact_pass else "fold" if mx else "mma"
     return CompileSpec(
-        label=f"prefill_keys_m/{kv_format}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
+        label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
         signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
@@ -334,16 +334,16 @@ def isa_spec(kv_format: str, head_dim: int, heads: int, target: Target, exact_pa
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_format: str, targets: frozenset, summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
     return Variant(
         # the NVIDIA default: 3.5x (FP8) and 3.9x (MXFP4) the heads-on-M kernel's rate (docs/perf/h200-bench.md);
         # AMD and the interpreter keep prefill_variants' until measured
-        name=name, op=Op.PREFILL, kv_format=kv_format, targets=targets, default_on=frozenset({Target.NVIDIA}),
+        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=frozenset({Target.NVIDIA}),
         settings=lambda target, call: keys_m_prefill_settings(target, call.num_heads),
-        launch=_launcher(kv_format), precision=declared_precision,
-        isa_specs=lambda: tuple(isa_spec(kv_format, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
-                                for exact in ((False, True) if kv_format == "mxfp4" else (False,))),
+        launch=_launcher(kv_dtype), precision=declared_precision,
+        isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
+                                for exact in ((False, True) if kv_dtype == "mxfp4" else (False,))),
         summary=summary)
 
 

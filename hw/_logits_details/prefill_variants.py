@@ -64,7 +64,7 @@ def _settings_for(path: str, target: Target, num_heads: int) -> PrefillSettings:
                            keys_per_program=KEYS_PER_PROGRAM, num_warps=warps if block_n >= 32 else min(warps, 4))
 
 
-def _launcher(kv_format: str, mx_path):
+def _launcher(kv_dtype: str, mx_path):
     def launch(call: PrefillCall, s: PrefillSettings) -> None:
         grid = (triton.cdiv(call.num_q, s.block_s), triton.cdiv(call.num_k, s.keys_per_program))
         options = {"num_warps": s.num_warps} | ({} if s.num_stages is None else {"num_stages": s.num_stages})
@@ -74,16 +74,16 @@ def _launcher(kv_format: str, mx_path):
             call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
             call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
             H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_S=s.block_s, BLOCK_N=s.block_n,
-            KEYS_PER_PROGRAM=s.keys_per_program, KV_FORMAT=KV_MXFP4 if kv_format == "mxfp4" else KV_FP8,
+            KEYS_PER_PROGRAM=s.keys_per_program, KV_FORMAT=KV_MXFP4 if kv_dtype == "mxfp4" else KV_FP8,
             MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K, CLEAN=call.clean, **options)
     return launch
 
 
-def _spec(kv_format: str, path: str, mx_path, head_dim: int, target: Target) -> CompileSpec:
-    mx = kv_format == "mxfp4"
+def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> CompileSpec:
+    mx = kv_dtype == "mxfp4"
     s = _settings_for(path, target, ISA_HEADS)
     return CompileSpec(
-        label=f"prefill_logits/{kv_format}/{'mma' if not mx else path}/D{head_dim}", fn=prefill_logits_kernel,
+        label=f"prefill_logits/{kv_dtype}/{'mma' if not mx else path}/D{head_dim}", fn=prefill_logits_kernel,
         signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
                    "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
@@ -96,14 +96,14 @@ def _spec(kv_format: str, path: str, mx_path, head_dim: int, target: Target) -> 
         scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "")
 
 
-def _variant(name: str, kv_format: str, path: str, mx_path, targets, default_on, precision, head_dims,
+def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, head_dims,
              summary: str) -> Variant:
     compiled = [t for t in (Target.AMD, Target.NVIDIA) if t in targets]
     return Variant(
-        name=name, op=Op.PREFILL, kv_format=kv_format, targets=frozenset(targets), default_on=frozenset(default_on),
+        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=frozenset(default_on),
         settings=lambda target, call: _settings_for(path, target, call.num_heads),
-        launch=_launcher(kv_format, mx_path), precision=precision,
-        isa_specs=lambda: tuple(_spec(kv_format, path, mx_path, d, t) for d in head_dims for t in compiled),
+        launch=_launcher(kv_dtype, mx_path), precision=precision,
+        isa_specs=lambda: tuple(_spec(kv_dtype, path, mx_path, d, t) for d in head_dims for t in compiled),
         summary=summary)
 
 

@@ -32,9 +32,9 @@ def _writer_spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
                        aligned=("cache_ptr", "page_stride"))
 
 
-def _q_spec(kv_format: str, head_dim: int) -> CompileSpec:
+def _q_spec(kv_dtype: str, head_dim: int) -> CompileSpec:
     d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": BLOCK_T}
-    if kv_format == "mxfp4":
+    if kv_dtype == "mxfp4":
         return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
                            signature={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8", "num_rows": "i32",
                                       "stride_qr": "i32", "stride_qd": "i32"},

@@ -425,7 +425,7 @@ def _launch_variant(call, tiling: FastTiling) -> None:
 
 #: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs (into VGPR lanes)
 VARIANT = Variant(
-    name="radix_fast", op=Op.TOPK, kv_format=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
+    name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
     default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
     settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k),
     launch=_launch_variant, precision=None,

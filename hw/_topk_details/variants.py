@@ -56,7 +56,7 @@ def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
 
 
 PER_ROW = Variant(
-    name="per_row", op=Op.TOPK, kv_format=None, targets=ALL_TARGETS,
+    name="per_row", op=Op.TOPK, kv_dtype=None, targets=ALL_TARGETS,
     default_on=frozenset({Target.NVIDIA, Target.AMD}),
     settings=lambda target, call: PerRowSettings(BLOCK, NUM_WARPS), launch=_launch_per_row, precision=None,
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
@@ -64,7 +64,7 @@ PER_ROW = Variant(
     summary="one program per row: radix select, compaction, tl.sort of the selected")
 #: the interpreter only: its tiles are sized for NumPy, not for a GPU's registers
 ROWS_TILE = Variant(
-    name="rows_tile", op=Op.TOPK, kv_format=None, targets=frozenset({Target.INTERPRETER}),
+    name="rows_tile", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.INTERPRETER}),
     default_on=frozenset({Target.INTERPRETER}),
     settings=lambda target, call: rows_tiling(*call.logits.shape, call.k), launch=_launch_rows_tile, precision=None,
     isa_specs=lambda: (),

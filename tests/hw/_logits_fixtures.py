@@ -20,10 +20,10 @@ from sim.testing import sim_quantize_q
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def case_variants(op: Op, kv_format: str) -> list[str]:
-    """Names of the `op` variants for `kv_format` that run here (the GPU, else the interpreter): each case runs on
+def case_variants(op: Op, kv_dtype: str) -> list[str]:
+    """Names of the `op` variants for `kv_dtype` that run here (the GPU, else the interpreter): each case runs on
     every one of them."""
-    return [v.name for v in variants(op, kv_format, scorer_target(DEVICE))]
+    return [v.name for v in variants(op, kv_dtype, scorer_target(DEVICE))]
 
 
 ADVERSARIAL_HEAD_DIM = 128
@@ -49,19 +49,19 @@ def adversarial_key():
     return q_codes, q_scales, k_codes, k_scales
 
 
-def quantize_queries(kv_format: str, q: np.ndarray, weights: np.ndarray, device, *, int32_scales: bool = False):
+def quantize_queries(kv_dtype: str, q: np.ndarray, weights: np.ndarray, device, *, int32_scales: bool = False):
     """q float32 [..., H, D], weights float32 [..., H] -> (torch q pair of DESIGN §8, torch weights (FP8: q scale
     folded in), exact float64 q for sim.scorer, the weights as float32 numpy)."""
-    values, scales, q64, folded = sim_quantize_q(kv_format, q, weights)
-    pair = pair_as_torch(kv_format, values, scales, device, int32_scales=int32_scales)
+    values, scales, q64, folded = sim_quantize_q(kv_dtype, q, weights)
+    pair = pair_as_torch(kv_dtype, values, scales, device, int32_scales=int32_scales)
     return pair, torch.from_numpy(folded).to(device), q64, folded
 
 
-def poison_key(kv_format: str, values: np.ndarray, scales: np.ndarray, token: int, block: int) -> None:
+def poison_key(kv_dtype: str, values: np.ndarray, scales: np.ndarray, token: int, block: int) -> None:
     """Make key `token` NaN in place, as the writer leaves a non-finite row (DESIGN §1). FP8: every byte 0x7F and
     the scale NaN (the interpreter's fp8 dot does not decode 0x7F as NaN; the scale carries it). MXFP4: scale
     block `block` = E8M0 NaN."""
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         values[token] = E4M3_NAN
         scales[token] = np.nan
     else:

@@ -9,7 +9,7 @@ from hw import layout
 
 
 def test_names_and_sizes_are_sims():
-    assert layout.KV_FORMATS == sim.layout.KV_DTYPES
+    assert layout.KV_DTYPES == sim.layout.KV_DTYPES
     assert layout.PAGE_LAYOUTS == sim.layout.LAYOUTS
     assert layout.LAYOUTS_OF == sim.layout.LAYOUTS_OF
     assert layout.PAGE_SIZES == sim.layout.PAGE_SIZES
@@ -17,11 +17,11 @@ def test_names_and_sizes_are_sims():
     assert layout.TILE_HEAD_DIM == sim.layout.TILE_D and layout.TILE_TOKENS == sim.layout.TILE_TOKEN_LANES
 
 
-@pytest.mark.parametrize("kv_format", layout.KV_FORMATS)
+@pytest.mark.parametrize("kv_dtype", layout.KV_DTYPES)
 @pytest.mark.parametrize("head_dim", layout.HEAD_DIMS)
-def test_bytes_per_token_is_sims(kv_format, head_dim):
-    geom = sim.layout.PageGeometry(kv_format, 16, head_dim, 1)
-    assert layout.bytes_per_token(kv_format, head_dim) == geom.bytes_per_token
+def test_bytes_per_token_is_sims(kv_dtype, head_dim):
+    geom = sim.layout.PageGeometry(kv_dtype, 16, head_dim, 1)
+    assert layout.bytes_per_token(kv_dtype, head_dim) == geom.bytes_per_token
 
 
 def test_bytes_per_token_rejects_unknown_formats():

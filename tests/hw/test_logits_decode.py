@@ -52,7 +52,7 @@ class DecodeCase:
     nan_token: tuple | None = None     # (b, token): that token is NaN as a writer leaves a non-finite row
 
     @property
-    def kv_format(self) -> str:
+    def kv_dtype(self) -> str:
         return "fp8" if self.layout == "fp8" else "mxfp4"
 
     def __str__(self):
@@ -88,7 +88,7 @@ def build_cache(case: DecodeCase, rng: np.random.Generator):
     tokens = _visible(case).reshape(batch, case.next_n).max(axis=1)
     pages = -(-tokens // case.page_size)
     num_pages = int(pages.sum()) + 2                   # two spare pages stay 0xFF
-    geom = make_geometry(case.kv_format, case.layout, case.page_size, case.head_dim, num_pages, STRIDE_PAD,
+    geom = make_geometry(case.kv_dtype, case.layout, case.page_size, case.head_dim, num_pages, STRIDE_PAD,
                          VIEW_OFFSET)
     pool = sim.layout.new_pool(geom)
     physical = rng.permutation(num_pages)
@@ -101,9 +101,9 @@ def build_cache(case: DecodeCase, rng: np.random.Generator):
         if tokens[b] == 0:
             continue
         k = rng.standard_normal((tokens[b], case.head_dim)).astype(np.float32)
-        values, scales = sim_quantize(case.kv_format, k)
+        values, scales = sim_quantize(case.kv_dtype, k)
         if case.nan_token is not None and case.nan_token[0] == b:
-            poison_key(case.kv_format, values, scales, case.nan_token[1], block=0)
+            poison_key(case.kv_dtype, values, scales, case.nan_token[1], block=0)
         j = np.arange(tokens[b])
         slots = block_table[b, j // case.page_size].astype(np.int64) * case.page_size + j % case.page_size
         sim.layout.write_tokens(pool, geom, slots, values, scales)
@@ -115,7 +115,7 @@ def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
     batch = len(case.contexts)
     q = rng.standard_normal((batch, case.next_n, case.heads, case.head_dim)).astype(np.float32)
     w = rng.standard_normal((batch * case.next_n, case.heads)).astype(np.float32)
-    q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_format, q, w.reshape(batch, case.next_n, case.heads),
+    q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_dtype, q, w.reshape(batch, case.next_n, case.heads),
                                                  device, int32_scales=case.int32_scales)
     w_t, w_ref = w_t.reshape(batch * case.next_n, case.heads), w_ref.reshape(batch * case.next_n, case.heads)
     ctx = torch.tensor(case.contexts, dtype=torch.int32, device=device)
@@ -129,7 +129,7 @@ def _run(case: DecodeCase, device, rng, *, validate=False, **overrides):
     return args, (q_ref, pool, geom, w_ref, np.array(case.contexts), block_table)
 
 
-@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.DECODE, c.kv_format)],
+@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.DECODE, c.kv_dtype)],
                          ids=lambda x: str(x) if isinstance(x, DecodeCase) else x)
 def test_paged_matches_reference(case: DecodeCase, variant, device):
     check_paged_case(case, variant, device)
@@ -152,12 +152,12 @@ def test_paged_padded_to_64_mma_rows(case: DecodeCase, variant, device):
 
 
 def check_paged_case(case: DecodeCase, variant, device, launch_settings=None):
-    if variant not in case_variants(Op.DECODE, case.kv_format):
+    if variant not in case_variants(Op.DECODE, case.kv_dtype):
         pytest.skip(f"variant {variant} does not run on {scorer_target(device).value}")
     rng = case_rng(str(case))
     args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
     out = hw.fp8_fp4_paged_mqa_logits(**args, variant=variant, launch_settings=launch_settings)
-    n, u = declared_precision(Op.DECODE, case.kv_format, case.head_dim, device, variant)
+    n, u = declared_precision(Op.DECODE, case.kv_dtype, case.head_dim, device, variant)
     rows = len(case.contexts) * case.next_n
     assert out.shape == (rows, case.max_context_len) and out.dtype == torch.float32
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)

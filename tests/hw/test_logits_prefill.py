@@ -30,7 +30,7 @@ pytestmark = pytest.mark.interp
 # ============================================================================================ accuracy matrix
 @dataclass(frozen=True)
 class PrefillCase:
-    kv_format: str           # "fp8" | "mxfp4"
+    kv_dtype: str           # "fp8" | "mxfp4"
     head_dim: int
     heads: int
     ranges: tuple            # (ks, ke) per query row
@@ -41,7 +41,7 @@ class PrefillCase:
     nan_weight_row: int | None = None
 
     def __str__(self):
-        return (f"{self.kv_format}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
+        return (f"{self.kv_dtype}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
                 f"{'-clean' if self.clean else ''}{'-i32' if self.int32_scales else ''}"
                 f"{'-nank' if self.nan_key is not None else ''}{'-nanw' if self.nan_weight_row is not None else ''}")
 
@@ -62,7 +62,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.PREFILL, c.kv_format)],
+@pytest.mark.parametrize("case,variant", [(c, v) for c in CASES for v in case_variants(Op.PREFILL, c.kv_dtype)],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
 def test_prefill_matches_reference(case: PrefillCase, variant, device):
     check_prefill_case(case, variant, device)
@@ -80,7 +80,7 @@ def test_prefill_small_tiles(case: PrefillCase, variant, device):
 
 
 def check_prefill_case(case: PrefillCase, variant, device, launch_settings=None):
-    if variant not in case_variants(Op.PREFILL, case.kv_format):
+    if variant not in case_variants(Op.PREFILL, case.kv_dtype):
         pytest.skip(f"variant {variant} does not run on {scorer_target(device).value}")
     rng = case_rng(str(case))
     num_q = len(case.ranges)
@@ -89,20 +89,20 @@ def check_prefill_case(case: PrefillCase, variant, device, launch_settings=None)
     w = rng.standard_normal((num_q, case.heads)).astype(np.float32)
     if case.nan_weight_row is not None:
         w[case.nan_weight_row, 0] = np.nan
-    q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_format, q, w, device, int32_scales=case.int32_scales)
-    values, scales = sim_quantize(case.kv_format, k)
+    q_pair, w_t, q_ref, w_ref = quantize_queries(case.kv_dtype, q, w, device, int32_scales=case.int32_scales)
+    values, scales = sim_quantize(case.kv_dtype, k)
     if case.nan_key is not None:
-        poison_key(case.kv_format, values, scales, case.nan_key, block=-1)
+        poison_key(case.kv_dtype, values, scales, case.nan_key, block=-1)
     k_ref = scorer.dequantize_kv(values, scales)
     ks = np.array([r[0] for r in case.ranges], dtype=np.int32)
     ke = np.array([r[1] for r in case.ranges], dtype=np.int32)
 
-    out = hw.fp8_fp4_mqa_logits(q_pair, pair_as_torch(case.kv_format, values, scales, device,
+    out = hw.fp8_fp4_mqa_logits(q_pair, pair_as_torch(case.kv_dtype, values, scales, device,
                                                        int32_scales=case.int32_scales),
                                 w_t, torch.from_numpy(ks).to(device), torch.from_numpy(ke).to(device),
                                 clean_logits=case.clean, variant=variant, launch_settings=launch_settings)
     assert out.shape == (num_q, case.num_keys) and out.dtype == torch.float32
-    n, u = declared_precision(Op.PREFILL, case.kv_format, case.head_dim, device, variant)
+    n, u = declared_precision(Op.PREFILL, case.kv_dtype, case.head_dim, device, variant)
     ref = scorer.prefill_logits(q_ref, k_ref, w_ref, ks, ke, clean_logits=True)
     bound = scorer.prefill_error_bound(q_ref, k_ref, w_ref, ks, ke,
                                        n_roundings=n, u=u)
@@ -319,7 +319,7 @@ def test_declared_precision_on_the_cpu(op):
 
 
 @pytest.mark.parametrize("args,message", [((Op.TOPK, "mxfp4", 64, "cpu"), "op must be one of"),
-                                          ((Op.DECODE, "bf16", 64, "cpu"), "kv_format must be one of"),
+                                          ((Op.DECODE, "bf16", 64, "cpu"), "kv_dtype must be one of"),
                                           ((Op.DECODE, "mxfp4", 48, "cpu"), "head_dim must be a multiple of 32"),
                                           ((Op.DECODE, "mxfp4", 64, "cpu", "fp8"), "variant must be one of")])
 def test_declared_precision_rejects_bad_arguments(args, message):

@@ -55,7 +55,7 @@ class Case:
     tokens_per_program: int | None = None
 
     @property
-    def kv_format(self) -> str:
+    def kv_dtype(self) -> str:
         return "fp8" if self.layout == "fp8" else "mxfp4"
 
     def __str__(self):
@@ -91,18 +91,18 @@ CASES = [
 ]
 
 
-def runs(kv_format: str, device) -> list[tuple[Target, str | None]]:
+def runs(kv_dtype: str, device) -> list[tuple[Target, str | None]]:
     """(target, path) pairs a case runs: the device's target on every path that runs there (FP8: one)."""
     target = target_of(device, km.paged_keys_m_kernel)
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         return [(target, None)]
     return [(target, path) for path in km.PATHS if target in km.PATH_TARGETS[path]]
 
 
-def poison_key(kv_format: str, values: np.ndarray, scales: np.ndarray, token: int) -> None:
+def poison_key(kv_dtype: str, values: np.ndarray, scales: np.ndarray, token: int) -> None:
     """Make key `token` NaN in place, as the writer leaves a non-finite row (DESIGN §1): FP8 every byte 0x7F and
     the scale NaN; MXFP4 block 0's scale byte 255."""
-    if kv_format == "fp8":
+    if kv_dtype == "fp8":
         values[token] = E4M3_NAN
         scales[token] = np.nan
     else:
@@ -128,7 +128,7 @@ def build_cache(case: Case, rng: np.random.Generator):
     tokens = _visible(case).reshape(batch, case.next_n).max(axis=1)
     pages = -(-tokens // case.page_size)
     num_pages = int(pages.sum()) + 2                   # two spare pages stay 0xFF
-    geom = make_geometry(case.kv_format, None if case.layout == "fp8" else case.layout, case.page_size,
+    geom = make_geometry(case.kv_dtype, None if case.layout == "fp8" else case.layout, case.page_size,
                          case.head_dim, num_pages, STRIDE_PAD, VIEW_OFFSET)
     pool = sim.layout.new_pool(geom)
     physical = rng.permutation(num_pages)
@@ -140,13 +140,13 @@ def build_cache(case: Case, rng: np.random.Generator):
         nxt += pages[b]
         if tokens[b] == 0:
             continue
-        values, scales = sim_quantize(case.kv_format, rng.standard_normal((tokens[b], case.head_dim))
+        values, scales = sim_quantize(case.kv_dtype, rng.standard_normal((tokens[b], case.head_dim))
                                       .astype(np.float32))
         for (sb, token), span in case.spans:
             if sb == b:
                 _set_span(scales, token, span)
         if case.nan_token is not None and case.nan_token[0] == b:
-            poison_key(case.kv_format, values, scales, case.nan_token[1])
+            poison_key(case.kv_dtype, values, scales, case.nan_token[1])
         j = np.arange(tokens[b])
         slots = block_table[b, j // case.page_size].astype(np.int64) * case.page_size + j % case.page_size
         sim.layout.write_tokens(pool, geom, slots, values, scales)
@@ -159,14 +159,14 @@ def _queries(case: Case, rng: np.random.Generator, device):
     batch, rows = len(case.contexts), len(case.contexts) * case.next_n
     q = rng.standard_normal((batch, case.next_n, case.heads, case.head_dim)).astype(np.float32)
     w = rng.standard_normal((batch, case.next_n, case.heads)).astype(np.float32)
-    values, scales, q64, folded = sim_quantize_q(case.kv_format, q, w)
+    values, scales, q64, folded = sim_quantize_q(case.kv_dtype, q, w)
     if case.wide_query:
         _set_span(scales[0, 0], 0, 20)
     if case.nan_query:
         scales[0, 0, 0, 0] = E8M0_NAN
     if case.wide_query or case.nan_query:
         q64 = scorer.dequantize_q(values, scales)
-    q_v, q_s = pair_as_torch(case.kv_format, values, scales, device)
+    q_v, q_s = pair_as_torch(case.kv_dtype, values, scales, device)
     return (q_v.view(torch.uint8), q_s, torch.from_numpy(folded.reshape(rows, case.heads)).to(device), q64,
             folded.reshape(rows, case.heads))
 
@@ -183,14 +183,14 @@ def run_case(case: Case, target: Target, path: str | None, device, overrides: di
                            torch.from_numpy(block_table).to(device), out,
                            cap=min(case.max_context_len, case.max_pages * case.page_size),
                            page_stride=geom.page_stride, next_n=case.next_n, num_heads=case.heads,
-                           head_dim=case.head_dim, page_size=case.page_size, kv_format=case.kv_format,
+                           head_dim=case.head_dim, page_size=case.page_size, kv_dtype=case.kv_dtype,
                            tiled=case.layout == "mxfp4_tiled", target=target, path=path,
                            settings=dataclasses.replace(
-                               km.keys_m_settings(target, case.kv_format, case.heads, case.next_n, case.page_size,
+                               km.keys_m_settings(target, case.kv_dtype, case.heads, case.next_n, case.page_size,
                                                   path=path, tokens_per_program=case.tokens_per_program),
                                **(overrides or {})))
     args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
-    n, u = km.declared_precision(case.kv_format, case.head_dim, target, path)
+    n, u = km.declared_precision(case.kv_dtype, case.head_dim, target, path)
     ref = scorer.decode_logits(*args, clean_logits=True)
     bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)
     return out.cpu().numpy(), ref, bound, scorer.visible_mask(_visible(case), case.max_context_len)
@@ -198,7 +198,7 @@ def run_case(case: Case, target: Target, path: str | None, device, overrides: di
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_matches_reference(case: Case, device):
-    for target, path in runs(case.kv_format, device):
+    for target, path in runs(case.kv_dtype, device):
         out, ref, bound, visible = run_case(case, target, path, device)
         result = scorer.check_logits(out, ref, bound, visible=visible)
         assert result.ok, f"{path}: {result.describe()}"
@@ -263,23 +263,23 @@ def test_wide_key_is_scored_exactly(layout, device):
                            torch.ones(1, dtype=torch.int32, device=device),
                            torch.tensor([[1, SENTINELS[0]]], dtype=torch.int32, device=device), out,
                            cap=1, page_stride=geom.page_stride, next_n=1, num_heads=1, head_dim=D, page_size=P,
-                           kv_format="mxfp4", tiled=layout == "mxfp4_tiled",
+                           kv_dtype="mxfp4", tiled=layout == "mxfp4_tiled",
                            target=target_of(device, km.paged_keys_m_kernel), path="fold")
     assert float(out[0, 0]) == 1 + 96 * 2.0 ** tiny
 
 
-@pytest.mark.parametrize("kv_format,layout", [("fp8", None), ("mxfp4", None), ("mxfp4", "mxfp4_tiled")])
-def test_pages_past_4_6_gb(kv_format, layout, device):
+@pytest.mark.parametrize("kv_dtype,layout", [("fp8", None), ("mxfp4", None), ("mxfp4", "mxfp4_tiled")])
+def test_pages_past_4_6_gb(kv_dtype, layout, device):
     """Pages whose bytes lie past 2^31, 2^32 and 4,608,000,000 bytes of the view (DESIGN §3): the 64-bit rebase.
     On the CPU the pool is lazily committed np.zeros (tools.difftest.build_large_pool)."""
     env = difftest.make_env(device.type)
-    large = difftest.build_large_pool(env, kv_dtype=kv_format, layout=layout, tokens=5,
-                                      seed=f"keys-m-{kv_format}-{layout}")
-    rng = case_rng(f"keys-m-large-{kv_format}-{layout}")
+    large = difftest.build_large_pool(env, kv_dtype=kv_dtype, layout=layout, tokens=5,
+                                      seed=f"keys-m-{kv_dtype}-{layout}")
+    rng = case_rng(f"keys-m-large-{kv_dtype}-{layout}")
     batch, heads, D, P = large.block_table.shape[0], 2, large.geom.head_dim, large.geom.page_size
-    values, scales, q64, w = sim_quantize_q(kv_format, rng.standard_normal((batch, 1, heads, D)).astype(np.float32),
+    values, scales, q64, w = sim_quantize_q(kv_dtype, rng.standard_normal((batch, 1, heads, D)).astype(np.float32),
                                             rng.standard_normal((batch, 1, heads)).astype(np.float32))
-    q_v, q_s = pair_as_torch(kv_format, values, scales, device)
+    q_v, q_s = pair_as_torch(kv_dtype, values, scales, device)
     w = w.reshape(batch, heads)
     ctx = np.full(batch, large.tokens, np.int32)
     out = torch.full((batch, P), UNTOUCHED, device=device)
@@ -288,9 +288,9 @@ def test_pages_past_4_6_gb(kv_format, layout, device):
                            torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
                            torch.from_numpy(large.block_table).to(device), out, cap=P,
                            page_stride=large.geom.page_stride, next_n=1, num_heads=heads, head_dim=D, page_size=P,
-                           kv_format=kv_format, tiled=layout == "mxfp4_tiled", target=target)
+                           kv_dtype=kv_dtype, tiled=layout == "mxfp4_tiled", target=target)
     args = (q64, large.sim_pool, large.geom, w, ctx, large.block_table, P)
-    n, u = km.declared_precision(kv_format, D, target)
+    n, u = km.declared_precision(kv_dtype, D, target)
     visible = scorer.visible_mask(ctx, P)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), scorer.decode_logits(*args),
                                                scorer.decode_error_bound(*args, n_roundings=n, u=u), visible=visible)
@@ -475,9 +475,9 @@ def test_launcher_rejects_unknown_names():
             torch.zeros(1, 1), torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32),
             torch.zeros(1, 1)]
     kw = dict(cap=1, page_stride=16, next_n=1, num_heads=1, head_dim=32, page_size=16, tiled=False)
-    with pytest.raises(ValueError, match="kv_format"):
-        km.launch_paged_keys_m(*args, **kw, kv_format="fp4", target=Target.INTERPRETER)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        km.launch_paged_keys_m(*args, **kw, kv_dtype="fp4", target=Target.INTERPRETER)
     with pytest.raises(ValueError, match="target"):
-        km.launch_paged_keys_m(*args, **kw, kv_format="fp8", target="sm90")
+        km.launch_paged_keys_m(*args, **kw, kv_dtype="fp8", target="sm90")
     with pytest.raises(ValueError, match="path"):
-        km.launch_paged_keys_m(*args, **kw, kv_format="mxfp4", target=Target.NVIDIA, path="dot_scaled")
+        km.launch_paged_keys_m(*args, **kw, kv_dtype="mxfp4", target=Target.NVIDIA, path="dot_scaled")

@@ -31,7 +31,7 @@ UNTOUCHED = 12345.0                  # the output's fill: with clean_logits=Fals
 
 @dataclass(frozen=True)
 class Case:
-    kv_format: str                   # "fp8" | "mxfp4"
+    kv_dtype: str                   # "fp8" | "mxfp4"
     head_dim: int
     heads: int
     ranges: tuple                    # (ks, ke) per query token, as passed (the kernel clamps them)
@@ -44,7 +44,7 @@ class Case:
     tiles: tuple = ()                # (block_q, block_k): launch settings overrides (h_pad follows)
 
     def __str__(self):
-        return (f"{self.kv_format}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
+        return (f"{self.kv_dtype}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
                 f"{'-clean' if self.clean else ''}{'-spans' if self.spans else ''}"
                 f"{'-wideq' if self.wide_query else ''}{'-nank' if self.nan_keys else ''}"
                 f"{'-nanq' if self.nan_query else ''}{f'-tiles{self.tiles}' if self.tiles else ''}")
@@ -89,12 +89,12 @@ def _inputs(case: Case, rng: np.random.Generator):
     num_q = len(case.ranges)
     q = rng.standard_normal((num_q, case.heads, case.head_dim)).astype(np.float32)
     w = rng.standard_normal((num_q, case.heads)).astype(np.float32)
-    q_v, q_s, q64, w = sim_quantize_q(case.kv_format, q, w)
-    k_v, k_s = sim_quantize(case.kv_format, rng.standard_normal((case.num_keys, case.head_dim)).astype(np.float32))
+    q_v, q_s, q64, w = sim_quantize_q(case.kv_dtype, q, w)
+    k_v, k_s = sim_quantize(case.kv_dtype, rng.standard_normal((case.num_keys, case.head_dim)).astype(np.float32))
     for key, span in case.spans:
         _set_span(k_s[key], span)
     for key in case.nan_keys:
-        if case.kv_format == "fp8":
+        if case.kv_dtype == "fp8":
             k_v[key] = E4M3_NAN
             k_s[key] = np.nan
         else:
@@ -102,11 +102,11 @@ def _inputs(case: Case, rng: np.random.Generator):
     if case.wide_query is not None:
         _set_span(q_s[case.wide_query], 20)
     if case.nan_query is not None:
-        if case.kv_format == "fp8":
+        if case.kv_dtype == "fp8":
             w[case.nan_query] = np.nan
         else:
             q_s[case.nan_query][0] = E8M0_NAN
-    if case.kv_format == "mxfp4":
+    if case.kv_dtype == "mxfp4":
         q64 = scorer.dequantize_q(q_v, q_s)
     return q_v, q_s, k_v, k_s, w, q64, scorer.dequantize_kv(k_v, k_s)
 
@@ -121,13 +121,13 @@ def _settings_overrides(case: Case) -> dict | None:
 
 def run_case(case: Case, device):
     """(kernel output numpy, reference, bound, visible mask) of one case."""
-    variant, target = _variant_here(case.kv_format, device)
+    variant, target = _variant_here(case.kv_dtype, device)
     rng = case_rng(str(case))
     q_v, q_s, k_v, k_s, w, q64, k64 = _inputs(case, rng)
     ks = np.array([r[0] for r in case.ranges], np.int32)
     ke = np.array([r[1] for r in case.ranges], np.int32)
-    q_t, q_st = pair_as_torch(case.kv_format, q_v, q_s, device)
-    k_t, k_st = pair_as_torch(case.kv_format, k_v, k_s, device)
+    q_t, q_st = pair_as_torch(case.kv_dtype, q_v, q_s, device)
+    k_t, k_st = pair_as_torch(case.kv_dtype, k_v, k_s, device)
     out = torch.full((len(ks), case.num_keys), UNTOUCHED, dtype=torch.float32, device=device)
     q_u8 = q_t.view(torch.uint8)
     call = PrefillCall(q_u8, q_u8 if q_st is None else q_st, k_t.view(torch.uint8), k_st,
@@ -143,10 +143,10 @@ def run_case(case: Case, device):
     return out.cpu().numpy(), ref, bound, scorer.visible_mask(cke, case.num_keys, starts=cks)
 
 
-def _variant_here(kv_format: str, device):
-    """(the variant of kv_format, the target of device); skips where the variant does not run."""
+def _variant_here(kv_dtype: str, device):
+    """(the variant of kv_dtype, the target of device); skips where the variant does not run."""
     target = scorer_target(device)
-    variant = pk.FP8_VARIANT if kv_format == "fp8" else pk.MXFP4_FOLD_VARIANT
+    variant = pk.FP8_VARIANT if kv_dtype == "fp8" else pk.MXFP4_FOLD_VARIANT
     if not variant.runs_on(target):
         pytest.skip(f"{variant.name} does not run on {target.value}")
     return variant, target
@@ -173,7 +173,7 @@ def test_cases_exercise_what_they_claim():
     empty rows, unclamped ranges, every head dim, H from 1 to 64 and ranges ending at key-tile edges."""
     spans = [s for c in CASES for _, s in c.spans]
     assert pk.FOLD_SPAN.value in spans and any(s > pk.FOLD_SPAN.value for s in spans)
-    assert any(c.wide_query for c in CASES) and any(c.nan_query for c in CASES if c.kv_format == "mxfp4")
+    assert any(c.wide_query for c in CASES) and any(c.nan_query for c in CASES if c.kv_dtype == "mxfp4")
     assert {c.head_dim for c in CASES} == {32, 64, 128, 256} and {1, 64} <= {c.heads for c in CASES}
     assert any(ks >= ke for c in CASES for ks, ke in c.ranges)
     assert any(ks < 0 or ke > c.num_keys for c in CASES for ks, ke in c.ranges)

@@ -107,9 +107,9 @@ def test_the_bound_uses_hw_declared_precision(device, fresh_cache, monkeypatch):
     asked = []
     real = hw.logits.declared_precision
 
-    def recording(op, kv_format, head_dim, dev, variant=None):
-        asked.append((op, kv_format, head_dim, torch.device(dev), variant))
-        return real(op, kv_format, head_dim, dev, variant)
+    def recording(op, kv_dtype, head_dim, dev, variant=None):
+        asked.append((op, kv_dtype, head_dim, torch.device(dev), variant))
+        return real(op, kv_dtype, head_dim, dev, variant)
 
     monkeypatch.setattr(hw.logits, "declared_precision", recording)
     assert selfcheck.run_self_check(IndexerConfig("mxfp4"), GEOMETRY, device) is None

@@ -397,7 +397,7 @@ def test_decode_and_helpers_reject():
         scorer.dequantize_kv(np.zeros((2, 16), np.uint8), np.zeros(2, np.float64))
     with pytest.raises(ValueError, match=r"kv values must be \[SK, D\]"):
         scorer.dequantize_kv(np.zeros(16, np.uint8), np.zeros((), np.float32))
-    with pytest.raises(ValueError, match="kv_format must be"):
+    with pytest.raises(ValueError, match="kv_dtype must be"):
         scorer.dot_product_roundings("bf16", 64)
     with pytest.raises(ValueError, match=r"u \(unit roundoff"):
         scorer.prefill_error_bound(**_prefill_args(), n_roundings=1, u=1.5)

@@ -133,8 +133,8 @@ def test_scorer_cases_check_every_variant_with_its_declared_precision(device, mo
     asked = []
     real = hw.logits.declared_precision
 
-    def recording(which, kv_format, head_dim, dev, variant=None):
-        asked.append((which.value, kv_format, head_dim, variant, real(which, kv_format, head_dim, dev, variant)))
+    def recording(which, kv_dtype, head_dim, dev, variant=None):
+        asked.append((which.value, kv_dtype, head_dim, variant, real(which, kv_dtype, head_dim, dev, variant)))
         return asked[-1][-1]
 
     monkeypatch.setattr(hw.logits, "declared_precision", recording)
