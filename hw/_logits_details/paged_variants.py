@@ -1,8 +1,8 @@
 """The decode scorer variants of paged.py: the persistent paged kernel with query rows (next_n x heads) on the
 MMA's M axis and a step of pages on N.
 
-One kernel, four variants by the q.k path (scoring.py): "fp8", and for MXFP4 "mxfp4_dot_scaled",
-"mxfp4_unpack" and "mxfp4_unpack_ptx". The grid is the schedule's program count (get_paged_mqa_logits_metadata).
+One kernel, three variants by the q.k path (scoring.py): "fp8", and for MXFP4 "mxfp4_dot_scaled" and
+"mxfp4_unpack". The grid is the schedule's program count (get_paged_mqa_logits_metadata).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .common import (
 )
 from .paged import paged_logits_kernel
 from .prefill import KV_FP8, KV_MXFP4
-from .scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
+from .scoring import MX_DOT_SCALED, MX_UNPACK
 
 NUM_WARPS = 4
 #: tokens a step scores (max(1, this // P) pages of one sequence), chosen by `python -m tools.tune` on the H200
@@ -107,7 +107,3 @@ MXFP4_DOT_SCALED = _variant(
 MXFP4_UNPACK = _variant(
     "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")
-MXFP4_UNPACK_PTX = _variant(
-    "mxfp4_unpack_ptx", "mxfp4", "unpack_ptx", MX_UNPACK_PTX, {Target.NVIDIA}, (), block_sum_precision,
-    (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1)),
-    "mxfp4_unpack with the nibble conversion 4 bytes per PTX instruction (NVIDIA only)")

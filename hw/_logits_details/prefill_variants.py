@@ -1,7 +1,7 @@
 """The prefill scorer variants of prefill.py: query rows (tokens x heads) on the MMA's M axis, keys on N.
 
-One kernel, four variants by the q.k path (scoring.py): "fp8", and for MXFP4 "mxfp4_dot_scaled",
-"mxfp4_unpack" and "mxfp4_unpack_ptx". Settings per target were chosen by `python -m tools.tune` (NVIDIA, the
+One kernel, three variants by the q.k path (scoring.py): "fp8", and for MXFP4 "mxfp4_dot_scaled" and
+"mxfp4_unpack". Settings per target were chosen by `python -m tools.tune` (NVIDIA, the
 H200: docs/perf/h200-bench.md); AMD takes the tiles that compile for gfx950 without scratch; the interpreter
 takes tiles as large as memory comfortably allows, since it pays per Triton operation, not per element.
 """
@@ -25,7 +25,7 @@ from .common import (
     head_pad,
 )
 from .prefill import KV_FP8, KV_MXFP4, prefill_logits_kernel
-from .scoring import MX_DOT_SCALED, MX_UNPACK, MX_UNPACK_PTX
+from .scoring import MX_DOT_SCALED, MX_UNPACK
 
 KEYS_PER_PROGRAM = 4096   # keys one program walks (a multiple of every block_n)
 ISA_HEADS = 32            # the reference models' indexer head count, for the cross-compile specs
@@ -45,9 +45,9 @@ class PrefillSettings:
 
 #: MMA rows (query tokens x padded heads) and key steps per target and q.k path. NVIDIA: 128 x 128 x 4 warps beat
 #: the scratch-free 64 x 64 x 8 by 1.8x-3.3x although they compile with a stack frame (docs/perf/h200-bench.md);
-#: the unpack paths spill at 128 rows and take 64.
+#: the unpack path spills at 128 rows and takes 64.
 _TILES = {  # target -> (rows per path, block_n, num_warps)
-    Target.NVIDIA: ({"fp8": 128, "dot_scaled": 128, "unpack": 64, "unpack_ptx": 64}, 128, 4),
+    Target.NVIDIA: ({"fp8": 128, "dot_scaled": 128, "unpack": 64}, 128, 4),
     Target.AMD: ({"fp8": 64, "dot_scaled": 64, "unpack": 64}, 64, 8),
     Target.INTERPRETER: ({"fp8": 1024, "dot_scaled": 1024, "unpack": 1024}, 256, 4),
 }
@@ -117,6 +117,3 @@ MXFP4_DOT_SCALED = _variant(
 MXFP4_UNPACK = _variant(
     "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")
-MXFP4_UNPACK_PTX = _variant(
-    "mxfp4_unpack_ptx", "mxfp4", "unpack_ptx", MX_UNPACK_PTX, {Target.NVIDIA}, (), block_sum_precision, (128,),
-    "mxfp4_unpack with the nibble conversion 4 bytes per PTX instruction (NVIDIA only)")

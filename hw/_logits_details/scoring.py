@@ -14,8 +14,6 @@ MXFP4 paths (constexpr MX_PATH):
                   interpreter.
   MX_UNPACK       pure Triton: each 32-element block is unpacked exactly to e4m3 bytes, scored with one K = 32 FP8
                   dot (exact: at most 13 significant bits), and scaled in fp32 by the two E8M0 factors.
-  MX_UNPACK_PTX   as MX_UNPACK with the nibble -> e4m3 conversion done 4 bytes per instruction in inline PTX
-                  (CUDA only; cannot run in the interpreter).
 Exact e2m1 -> e4m3: the e4m3 byte ((c & 7) << 2) | ((c & 8) << 4) has the value e2m1(c) * 2^-6 for every code c,
 including the subnormal 0.5 (-> 4 * 2^-9); the 2^-6 of both operands is undone by UNPACK_RESCALE = 2^12.
 """
@@ -24,7 +22,6 @@ import triton.language as tl
 
 MX_DOT_SCALED = tl.constexpr(0)
 MX_UNPACK = tl.constexpr(1)
-MX_UNPACK_PTX = tl.constexpr(2)
 
 E8M0_ONE = tl.constexpr(127)          # scale byte of 2^0: the `other` of masked scale loads
 E8M0_NAN_BYTE = tl.constexpr(255)
@@ -66,41 +63,12 @@ def _unpack_e2m1_pure(packed):
 
 
 @triton.jit
-def _unpack_e2m1_ptx(packed):
-    """As _unpack_e2m1_pure, four bytes per 32-bit register (pack=4); every operation stays inside its byte."""
-    return tl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 a, b;
-        shl.b32 a, $2, 2;
-        and.b32 a, a, 0x1C1C1C1C;
-        shl.b32 b, $2, 4;
-        and.b32 b, b, 0x80808080;
-        or.b32 $0, a, b;
-        shr.b32 a, $2, 2;
-        and.b32 a, a, 0x1C1C1C1C;
-        and.b32 b, $2, 0x80808080;
-        or.b32 $1, a, b;
-        }
-        """,
-        constraints="=r,=r,r",
-        args=[packed],
-        dtype=(tl.uint8, tl.uint8),
-        is_pure=True,
-        pack=4,
-    )
-
-
-@triton.jit
 def unpack_e2m1_block(packed, MX_PATH: tl.constexpr):
     """uint8 [R, 16] (one 32-element block per row, even element in the low nibble) -> float8e4nv [R, 32].
 
     Element order inside the block is (0, 1, 2, ..., 31); value = e2m1 * 2^-6 exactly.
     """
-    if MX_PATH == MX_UNPACK_PTX:
-        even, odd = _unpack_e2m1_ptx(packed)
-    else:
-        even, odd = _unpack_e2m1_pure(packed)
+    even, odd = _unpack_e2m1_pure(packed)
     rows: tl.constexpr = packed.shape[0]
     x = tl.reshape(tl.join(even, odd), (rows, 2 * MX_BLOCK_BYTES))
     return x.to(tl.float8e4nv, bitcast=True)

@@ -21,7 +21,7 @@ def test_best_takes_the_fastest_measured_row_per_variant():
     rows = [{"kernel": "decode", "format": "fp8", "variant": "fp8", "time_us": 30.0, "w": 4},
             {"kernel": "decode", "format": "fp8", "variant": "fp8", "time_us": 20.0, "w": 8},
             {"kernel": "decode", "format": "fp8", "variant": "fp8", "error": "RuntimeError: x", "w": 2},
-            {"kernel": "decode", "format": "mxfp4", "variant": "mxfp4_unpack_ptx", "time_us": 50.0, "w": 4},
+            {"kernel": "decode", "format": "mxfp4", "variant": "mxfp4_keys_m", "time_us": 50.0, "w": 4},
             {"kernel": "prefill", "format": "fp8", "variant": "fp8", "time_us": 1.0, "w": 4}]
     best = _best(rows, "decode")
     assert sorted((r["format"], r["w"]) for r in best) == [("fp8", 8), ("mxfp4", 4)]
