@@ -244,12 +244,18 @@ def _table(rows, columns):
 @click.option("--head-dim", default=128, show_default=True, help="Head dim D (decode and prefill).")
 @click.option("--context", default=8192, show_default=True, help="Decode: context length of every sequence.")
 @click.option("--page-size", default=64, show_default=True, help="Decode: tokens per cache page P.")
-@click.option("--prefill-queries", default=4096, show_default=True, help="Prefill: queries (= keys); 0 skips.")
+@click.option("--prefill-queries", default=4096, show_default=True,
+              help="Prefill: queries (= keys) of the every-variant comparison; 0 skips.")
+@click.option("--prefill-large", default=8192, show_default=True,
+              help="Prefill: queries (= keys) of the defaults' run at DeepGEMM's shape; 0 skips.")
 @click.option("--topk-k", default=2048, show_default=True, help="Top-k over the decode rows' width; 0 skips.")
+@click.option("--topk-long", default=131072, show_default=True,
+              help="Top-k: also rows this wide (decode batch rows); 0 skips.")
 @click.option("--inner", default=20, show_default=True, help="Kernel calls per CUDA-graph replay.")
 @click.option("--replays", default=30, show_default=True, help="Timed graph replays per measurement (median).")
 @click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the results as JSON here.")
-def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, topk_k, inner, replays, json_out):
+def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, prefill_large, topk_k, topk_long,
+          inner, replays, json_out):
     """Time the kernels on a CUDA GPU (needs one; on a CPU, `mxidx diff --quick` checks the kernels instead):
     every decode, prefill and top-k variant of hw.variants that runs there (MXFP4 also on the tiled pages, prefill
     also causal), against the copy bandwidth and the bf16 matmul rate measured in the same run."""
@@ -285,17 +291,17 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
     for row in decode:
         row["speedup_vs_fp8"] = fp8_us / row["time_us"]
     prefill = []
-    for causal in ((False, True) if prefill_queries else ()):
-        # every variant on the full problem; the defaults on the causal one
-        chosen = variants(Op.PREFILL, target=target) if not causal else \
-            tuple(select(Op.PREFILL, target, f) for f in ("fp8", "mxfp4"))
+    defaults = tuple(select(Op.PREFILL, target, f) for f in ("fp8", "mxfp4"))
+    # every variant on the full problem of prefill_queries; the defaults causal, and both ways at prefill_large
+    prefill_runs = [(prefill_queries, False, variants(Op.PREFILL, target=target)), (prefill_queries, True, defaults),
+                    (prefill_large, False, defaults), (prefill_large, True, defaults)]
+    for size, causal, chosen in ((n, c, vs) for n, c, vs in prefill_runs if n):
         for v in chosen:
-            label = f"{v.name} {'causal' if causal else 'full'}"
+            label = f"{v.name} {size} {'causal' if causal else 'full'}"
             click.echo(f"prefill {label} ...", err=True)
-            row = _prefill_case(v.kv_dtype, variant=v.name, queries=prefill_queries, keys=prefill_queries,
-                                heads=heads, head_dim=head_dim, causal=causal, inner=3, replays=replays)
-            row["variant"] = label
-            row["frac_bf16_mm"] = row["TFLOPs"] / ceil["bf16_TFLOPs"]
+            row = _prefill_case(v.kv_dtype, variant=v.name, queries=size, keys=size, heads=heads,
+                                head_dim=head_dim, causal=causal, inner=3, replays=replays)
+            row.update(variant=label, queries=size, frac_bf16_mm=row["TFLOPs"] / ceil["bf16_TFLOPs"])
             prefill.append(row)
     step = []
     for kv_dtype in (("fp8", "mxfp4") if topk_k else ()):
@@ -304,9 +310,10 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
                            **shape)
         step.append(row | {"variant": f"{kv_dtype} scorer + top-k {topk_k}"})
     topk = []
-    for v in (variants(Op.TOPK, target=target) if topk_k else ()):
-        click.echo(f"top-k {v.name} ...", err=True)
-        topk.append(_topk_case(variant=v.name, rows=batch * next_n, width=context, k=topk_k, inner=inner,
+    widths = [w for w in (context, topk_long) if w and topk_k]
+    for width, v in ((w, v) for w in widths for v in variants(Op.TOPK, target=target)):
+        click.echo(f"top-k {v.name} {width} ...", err=True)
+        topk.append(_topk_case(variant=v.name, rows=batch * next_n, width=width, k=topk_k, inner=inner,
                                replays=replays))
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
@@ -319,7 +326,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, t
         click.echo(f"decode step (default scorer + default top-k, k = {topk_k}), as the hook runs it:")
         click.echo(_table(step, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
     if prefill:
-        click.echo(f"prefill {prefill_queries} x {prefill_queries} x H{heads}/D{head_dim}:")
+        click.echo(f"prefill, queries = keys, H{heads}/D{head_dim}:")
         click.echo(_table(prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
                                     ("TFLOP/s", "TFLOPs", ".0f"), ("of bf16 mm", "frac_bf16_mm", ".0%")]))
     if topk:

@@ -60,3 +60,37 @@ def test_inputs_pass_the_variant_and_settings(device):
     with pytest.raises(TypeError, match="no_such_field"):
         call()
 
+
+
+def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
+    """The orchestration, with the GPU timings replaced by stand-ins: every decode / prefill / top-k variant of
+    the GPU target is timed, the decode step, prefill at both sizes, top-k at both widths; the JSON has them."""
+    import json
+
+    from hw.targets import Op, Target
+    from hw.variants import variants
+    from tools import cmd_bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in GPU")
+    monkeypatch.setattr(cmd_bench, "choose_device", lambda device: device)
+    monkeypatch.setattr("hw.logits.scorer_target", lambda device: Target.NVIDIA)
+    monkeypatch.setattr(cmd_bench, "_ceilings", lambda **kw: {"copy_GBps": 4000.0, "copy_ways_GBps": {"eager": 4000.0},
+                                                              "bf16_TFLOPs": 700.0})
+    monkeypatch.setattr(cmd_bench, "_decode_case", lambda kv_dtype, **kw: {
+        "format": kv_dtype, "time_us": 20.0, "GBps": 3000.0, "MB_moved": 60.0, "variant_arg": kw["variant"]})
+    monkeypatch.setattr(cmd_bench, "_prefill_case", lambda kv_dtype, **kw: {
+        "format": kv_dtype, "time_us": 200.0, "TFLOPs": 700.0, "variant_arg": kw["variant"]})
+    monkeypatch.setattr(cmd_bench, "_topk_case", lambda **kw: {**kw, "time_us": 40.0, "torch_topk_us": 60.0,
+                                                               "vs_torch": 0.67})
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--json-out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    decode = {r["variant_arg"] for r in report["decode"]}
+    assert decode == {v.name for v in variants(Op.DECODE, target=Target.NVIDIA)}
+    assert len(report["decode_step"]) == 2
+    assert {r["variant_arg"] for r in report["prefill"]} >= {v.name for v in variants(Op.PREFILL, target=Target.NVIDIA)}
+    assert {r["queries"] for r in report["prefill"]} == {4096, 8192}
+    assert {(r["variant"], r["width"]) for r in report["topk"]} == \
+        {(v.name, w) for v in variants(Op.TOPK, target=Target.NVIDIA) for w in (8192, 131072)}
