@@ -12,9 +12,9 @@ lists:
 Comparison rules:
     writers, Q quantizers, gather  byte-equal to sim (the writer over the WHOLE pool: nothing outside the written
                                    slots may change)
-    prefill / decode logits        sim.scorer.check_logits against sim.scorer's analytic bound (DESIGN §4; n from
-                                   hw.logits.dot_product_roundings, u from accumulation_unit_roundoff: what hw
-                                   declares for the path the launch takes on the device):
+    prefill / decode logits        every variant of the op that runs on the device (hw.variants), each against
+                                   sim.scorer's analytic bound (DESIGN §4) with the (n, u) hw declares for it
+                                   (hw.logits.declared_precision):
                                    |kernel - ref| <= bound at every visible entry, NaN where ref is NaN, the same
                                    infinity where ref is infinite; invisible entries -inf when clean_logits=True
                                    (unchecked when False). The worst err/bound ratio is reported.

@@ -395,7 +395,7 @@ _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
 
 
 def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
-    """The kernels top_k_radix_fast launches for rows of `width` columns at k, as hw/isa.py CompileSpecs."""
+    """The kernels top_k_radix_fast launches for rows of `width` columns at k, as CompileSpecs (hw.isa_spec)."""
     tiling = fast_tiling(width, k)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap)}
