@@ -35,23 +35,18 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
       every block but g zeroed (the exact block sum: 32 products, at most 13 significant bits), times 2^10 and the
       two E8M0 factors in fp32, D/32 fp32 adds. It runs after the pipelined loop, for the tiles that hold such a
       key (every tile of the program for such a query row), and writes every visible key of those tiles.
-      Levers of the fold loop (KeysMSettings; all exact, same declared precision):
-        mx_split   1: the codes are converted as packed bytes (4 per 32-bit register, 12 instructions per word with
-                   the block's tables built in place, FOLD_BYTES_PTX) into two operands in the split K order
-                   (word a's elements 8a + 0..3 at columns 4a + 0..3 of the first, 8a + 4..7 of the second; the
-                   query is converted the same way) and two K = D/2 MMAs sum them: the conversion stays in the
-                   layout of its codes, which the compiler can load straight into the MMA operand layout. D >= 64
-                   (D = 32 keeps the natural order). 0: one K = D MMA on the natural order (the converted words
-                   reordered to bytes through a join / reshape).
-        mx_scales  (split only) how each code word gets its block's table: MX_SCALES_BROADCAST a reshape of the
-                   per-block table bytes broadcast over the block; MX_SCALES_SELECT per-key scale words (32-bit
-                   loads of 4 scales on the planar layout with D % 128 == 0) and a per-column select;
-                   MX_SCALES_PRMT per-key packed table bytes from which each code word picks its own (one prmt,
-                   FOLD_SELECT_PTX).
-        mx_wide    MX_WIDE_TILE: a per-tile reduction of the keys' wide flags inside the loop, whose tiles it
-                   then does not store; MX_WIDE_KEYS: per-key flags (the loop does not store wide keys) collected
-                   as bits and reduced once after the loop; MX_WIDE_OVERWRITE: as MX_WIDE_KEYS, but the loop
-                   stores every visible key and the exact pass overwrites its tiles after a CTA barrier.
+      The fold loop: for D >= 64 the codes are converted as packed bytes (4 per 32-bit register, 12 instructions
+      per word with the block's tables built in place, FOLD_BYTES_PTX) into two operands in the split K order (word
+      a's elements 8a + 0..3 at columns 4a + 0..3 of the first, 8a + 4..7 of the second) and two K = D/2 MMAs sum
+      them: the conversion stays in the layout of its codes, which the compiler can load straight into the MMA
+      operand layout. The query is converted the same way, its block tables placed by a reshape of the broadcast
+      blocks; a key's block scales are loaded packed per key (32-bit loads of 4 scales on the planar layout with
+      D % 128 == 0, else a byte load per block) and each column takes its block's table byte by a select. D = 32
+      (K = D/2 would be below one FP8 MMA's K) keeps one K = D MMA on the natural order: the converted words
+      reordered to bytes through a join / reshape, the block tables broadcast over the block's words. Wide keys:
+      the loop stores every visible key and collects per-key flags as bits (bit i: tile i), reduced once after the
+      loop; the exact pass overwrites the flagged tiles after a CTA barrier. (The alternatives once selectable as
+      KeysMSettings levers, and deleted after the H200 timing: docs/perf/h200-decode-ablation.md.)
   "dot_scaled": MX_DOT_SCALED (AMD, the interpreter) tl.dot_scaled(K codes, K scales, "e2m1", Q^T codes, Q scales,
       "e2m1"): gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; its logits (all logits of the row) are NaN, as in sim.scorer.
@@ -107,13 +102,6 @@ WORD_BYTES = tl.constexpr(4)
 BLOCK_WORDS = tl.constexpr(4)        # 32-bit words of codes per 32-element block
 MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fallback mask
 MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
-MX_SCALES_BROADCAST = tl.constexpr(0)  # split fold: block tables placed by a reshape of the broadcast blocks
-MX_SCALES_SELECT = tl.constexpr(1)     # split fold: packed per-key scale words, a per-column select
-MX_SCALES_PRMT = tl.constexpr(2)       # split fold: packed per-key table bytes, each code word's own prmt
-MX_WIDE_TILE = tl.constexpr(0)       # wide keys: a per-tile reduction inside the fold loop
-MX_WIDE_KEYS = tl.constexpr(1)       # wide keys: per-key bits, reduced once after the fold loop
-MX_WIDE_OVERWRITE = tl.constexpr(2)  # as MX_WIDE_KEYS, but the loop stores wide keys too (no mask; the exact
-                                     # pass overwrites them after a CTA barrier)
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
 INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
@@ -232,13 +220,6 @@ FOLD_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", 
 FOLD_BYTES_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
                               "add.u32 lo, lo, 0x0C080000;\nadd.u32 hi, $3, 0x1C181410;"
                               + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
-#: _fold_split_select's body (pack 4, so each int32 argument is 4 operands of one value): $3 = the key's table
-#: bytes d of blocks 0..3, $7 of blocks 4..7, $11 = the word's block * 0x1111; one prmt puts the word's d in all 4
-#: bytes, then FOLD_BYTES_PTX: 13 instructions per 8 codes.
-FOLD_SELECT_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi, dx;\nprmt.b32 dx, $3, $7, $11;\n"
-                               "and.b32 lo, dx, 0xFFFFFF00;\nadd.u32 lo, lo, 0x0C080000;\nadd.u32 hi, dx, 0x1C181410;"
-                               + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
-FOLD_SELECT_CONSTRAINTS = tl.constexpr("=r,=r," + ",".join(["r"] * 13))   # 2 outputs; codes, 3 x 4 int32
 
 
 @triton.jit
@@ -332,36 +313,6 @@ def _fold_split(codes, d8, MX_MODE: tl.constexpr):
         second = tl.reshape(tl.join(tl.join(out_hi & 0xFF, (out_hi >> 16) & 0xFF),
                                     tl.join((out_hi >> 8) & 0xFF, (out_hi >> 24) & 0xFF)), (R, C))
         return first.to(tl.uint8), second.to(tl.uint8)
-
-
-@triton.jit
-def _fold_split_select(codes, d_words, MX_MODE: tl.constexpr):
-    """_fold_split with the table bytes given per row: d_words int64 [R], byte g = d of block g (at most 8 blocks).
-    Each code word picks its block's byte itself (one prmt in FOLD_SELECT_PTX), so nothing of size [R, C] but the
-    codes enters the conversion (with triton 3.6 on sm_90 its outputs still reach the MMA operand layout through
-    shared memory)."""
-    R: tl.constexpr = codes.shape[0]
-    C: tl.constexpr = codes.shape[1]
-    col_block = tl.arange(0, C) // (MX_BLOCK // 2)
-    if MX_MODE == MX_FOLD_PTX:
-        d_lo = tl.broadcast_to(d_words.to(tl.int32)[:, None], (R, C))
-        d_hi = tl.broadcast_to((d_words >> 32).to(tl.int32)[:, None], (R, C))
-        sel = tl.broadcast_to((col_block * 0x1111)[None, :], (R, C))
-        return tl.inline_asm_elementwise(asm=FOLD_SELECT_PTX, constraints=FOLD_SELECT_CONSTRAINTS,
-                                         args=[codes, d_lo, d_hi, sel], dtype=(tl.uint8, tl.uint8), is_pure=True,
-                                         pack=4)
-    else:
-        return _fold_split(codes, ((d_words[:, None] >> (8 * col_block[None, :])) & 0xFF).to(tl.uint8), MX_MODE)
-
-
-@triton.jit
-def _d_words(sw, s_max, G: tl.constexpr):
-    """int64 [R] table bytes d of the G blocks (byte g: block g) from the packed scale words and the largest."""
-    dw = tl.zeros(sw.shape, tl.int64)
-    for g in tl.static_range(G):
-        d_g = (tl.maximum(_scale_byte(sw, g) - s_max, -FOLD_SPAN) + FOLD_TABLE_BIAS) << 3
-        dw = dw | (d_g.to(tl.int64) << (8 * g))
-    return dw
 
 
 @triton.jit
@@ -541,7 +492,7 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr, MX_SPLIT: tl.constexpr, MX_SCALES: tl.constexpr, MX_WIDE: tl.constexpr,
+    PROMOTE_K: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride); w: fp32 [B*N, H]; ctx: int32 [B] or [B, N]; bt: int32
@@ -604,7 +555,6 @@ def paged_keys_m_kernel(
                 tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
             # the query rows, converted once
-            g_idx = tl.arange(0, D // MX_BLOCK)
             q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
             sq_max = tl.max(qs, axis=1)
             q_nan = sq_max == E8M0_NAN
@@ -612,7 +562,7 @@ def paged_keys_m_kernel(
             c = tl.max(tl.where(row_ok & ~q_nan, sq_max, 0))
             w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
             q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
-            SPLIT: tl.constexpr = MX_SPLIT != 0 and D >= 2 * MIN_SPLIT_K
+            SPLIT: tl.constexpr = D >= 2 * MIN_SPLIT_K
             if SPLIT:           # two K = D/2 operands in the split order (_fold_split)
                 jb = tl.arange(0, D // 2)
                 q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0)
@@ -622,11 +572,9 @@ def paged_keys_m_kernel(
             else:
                 qt = tl.trans(_fold(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)  # [D, NH]
 
-            # the fold loop; the tiles holding a wide key are left to the exact pass (bit i of wide_tiles)
-            if MX_WIDE == MX_WIDE_TILE:
-                wide_tiles = 0
-            else:
-                wide_keys = tl.zeros((KEYS,), tl.int32)     # bit i: the key's block scales in tile i are wide
+            # the fold loop stores every visible key; the tiles holding a wide key are overwritten by the exact
+            # pass (bit i of wide_tiles)
+            wide_keys = tl.zeros((KEYS,), tl.int32)     # bit i: the key's block scales in tile i are wide
             for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
                 page_first = first + i * TILE_PAGES
                 tok = page_first * P + t
@@ -635,20 +583,9 @@ def paged_keys_m_kernel(
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
-                    if MX_SCALES == MX_SCALES_BROADCAST:
-                        ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g_idx, P, D, TILED),
-                                     mask=k_ok[:, None], other=E8M0_ONE).to(tl.int32)         # [KEYS, D/32]
-                        sk_max = tl.max(ks, axis=1)
-                        sk_min = tl.min(ks, axis=1)
-                        d8 = _d8_broadcast(tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), D // 2)
-                        k1, k2 = _fold_split(kb, d8, MX_MODE)
-                    else:
-                        sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
-                        sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
-                        if MX_SCALES == MX_SCALES_SELECT:
-                            k1, k2 = _fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
-                        else:
-                            k1, k2 = _fold_split_select(kb, _d_words(sw, sk_max, D // MX_BLOCK), MX_MODE)
+                    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                    sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
+                    k1, k2 = _fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
                     acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
                     acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
                 else:
@@ -661,25 +598,13 @@ def paged_keys_m_kernel(
                 wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
                 k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
                 logits = _head_sum(acc, w_fold, N_PAD, H_PAD) * k_factor[:, None]
-                if MX_WIDE == MX_WIDE_TILE:
-                    wide = tl.max(wide_key.to(tl.int32))                                      # 0 | 1
-                    stored = tl.where(wide == 0, visible, 0)
-                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < stored[None, :])
-                    wide_tiles = wide_tiles | (wide << i)
-                elif MX_WIDE == MX_WIDE_KEYS:
-                    tl.store(out_cols + tok[:, None], logits,
-                             mask=(tok[:, None] < visible[None, :]) & ~wide_key[:, None])
-                    wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
-                else:           # MX_WIDE_OVERWRITE: a wide key's logits are stored, then overwritten
-                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
-                    wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
-            if MX_WIDE != MX_WIDE_TILE:
-                wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
+                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])   # wide: overwritten
+                wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
+            wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
 
             # the exact pass: every tile of a wide query, else the tiles with a wide key
             if q_wide | (wide_tiles != 0):
-                if MX_WIDE == MX_WIDE_OVERWRITE:
-                    tl.debug_barrier()      # the fold loop's stores of this program land before the exact pass's
+                tl.debug_barrier()          # the fold loop's stores of this program land before the exact pass's
                 q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
                 q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
                 for i in tl.range(0, num_tiles, num_stages=1):
@@ -706,11 +631,6 @@ class KeysMSettings:
     num_warps: int
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    # MXFP4 fold path only: constexpr levers of the fold loop (the module docstring says what each does; defaults:
-    # the fastest on the H200, docs/perf/h200-keys-m-levers.json)
-    mx_split: int = 1   # 1: two K = D/2 MMAs on the split K order (D >= 64); 0: one K = D MMA, natural order
-    mx_scales: int = MX_SCALES_SELECT.value      # split only: MX_SCALES_BROADCAST | _SELECT | _PRMT
-    mx_wide: int = MX_WIDE_OVERWRITE.value       # MX_WIDE_TILE | MX_WIDE_KEYS | MX_WIDE_OVERWRITE
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
@@ -785,8 +705,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
-        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, MX_SPLIT=s.mx_split,
-        MX_SCALES=s.mx_scales, MX_WIDE=s.mx_wide, num_warps=s.num_warps,
+        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, num_warps=s.num_warps,
     )
 
 
@@ -809,8 +728,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k, "MX_SPLIT": s.mx_split, "MX_SCALES": s.mx_scales,
-                    "MX_WIDE": s.mx_wide},
+                    "PROMOTE_K": s.promote_k},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 

@@ -9,8 +9,6 @@ than the fold's exact range, which the kernel must score through its exact fallb
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import re
 from dataclasses import dataclass
 
@@ -171,8 +169,8 @@ def _queries(case: Case, rng: np.random.Generator, device):
             folded.reshape(rows, case.heads))
 
 
-def run_case(case: Case, target: Target, path: str | None, device, overrides: dict | None = None):
-    """(kernel output numpy, reference, bound, visible mask) of one case (`overrides`: KeysMSettings fields)."""
+def run_case(case: Case, target: Target, path: str | None, device):
+    """(kernel output numpy, reference, bound, visible mask) of one case."""
     rng = case_rng(str(case))
     pool, geom, block_table = build_cache(case, rng)
     q_v, q_s, w_t, q64, w = _queries(case, rng, device)
@@ -185,10 +183,9 @@ def run_case(case: Case, target: Target, path: str | None, device, overrides: di
                            page_stride=geom.page_stride, next_n=case.next_n, num_heads=case.heads,
                            head_dim=case.head_dim, page_size=case.page_size, kv_dtype=case.kv_dtype,
                            tiled=case.layout == "mxfp4_tiled", target=target, path=path,
-                           settings=dataclasses.replace(
-                               km.keys_m_settings(target, case.kv_dtype, case.heads, case.next_n, case.page_size,
-                                                  path=path, tokens_per_program=case.tokens_per_program),
-                               **(overrides or {})))
+                           settings=km.keys_m_settings(target, case.kv_dtype, case.heads, case.next_n,
+                                                       case.page_size, path=path,
+                                                       tokens_per_program=case.tokens_per_program))
     args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
     n, u = km.declared_precision(case.kv_dtype, case.head_dim, target, path)
     ref = scorer.decode_logits(*args, clean_logits=True)
@@ -212,25 +209,21 @@ def test_matches_reference(case: Case, device):
             assert np.isnan(out[0][visible[0]]).all()
 
 
-#: every combination of the fold loop's levers (KeysMSettings.mx_split / mx_scales / mx_wide)
-FOLD_LEVERS = [dict(mx_split=sp, mx_scales=sc, mx_wide=wd) for sp, sc, wd in itertools.product(
-    (0, 1), (km.MX_SCALES_BROADCAST.value, km.MX_SCALES_SELECT.value, km.MX_SCALES_PRMT.value),
-    (km.MX_WIDE_TILE.value, km.MX_WIDE_KEYS.value, km.MX_WIDE_OVERWRITE.value)) if sp or sc == 0]
-#: wide keys in the first tile and the last, a NaN key, planar D 128 (32-bit scale loads) and tiled D 128
-LEVER_CASES = [Case("mxfp4", 128, 16, 2, 1, (70, 33), 80, 5, nan_token=(1, 3), spans=(((0, 66), 20), ((0, 5), 14)),
-                    tokens_per_program=128),
-               Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128)]
+#: the fold loop's wide-key handling: wide keys in the first tile and the last, a NaN key, planar D 128 (32-bit
+#: scale loads) and tiled D 128 (byte scale loads)
+FOLD_LOOP_CASES = [Case("mxfp4", 128, 16, 2, 1, (70, 33), 80, 5, nan_token=(1, 3), spans=(((0, 66), 20), ((0, 5), 14)),
+                        tokens_per_program=128),
+                   Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128)]
 
 
-@pytest.mark.parametrize("case", LEVER_CASES, ids=str)
-@pytest.mark.parametrize("levers", FOLD_LEVERS, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
-def test_fold_levers_match_reference(case: Case, levers: dict, device):
-    """Every lever combination of the fold loop writes the same visible entries within the declared bound (and
-    nothing else), wide keys through the exact pass."""
+@pytest.mark.parametrize("case", FOLD_LOOP_CASES, ids=str)
+def test_fold_loop_wide_keys_match_reference(case: Case, device):
+    """The fold loop (split K order, per-column scale select, wide keys stored then overwritten by the exact pass)
+    writes every visible entry within the declared bound, and nothing else."""
     target = target_of(device, km.paged_keys_m_kernel)
-    out, ref, bound, visible = run_case(case, target, "fold", device, levers)
+    out, ref, bound, visible = run_case(case, target, "fold", device)
     result = scorer.check_logits(out, ref, bound, visible=visible)
-    assert result.ok, f"{levers}: {result.describe()}"
+    assert result.ok, result.describe()
     assert (out[~visible] == UNTOUCHED).all()
 
 
@@ -403,7 +396,7 @@ def test_fold_ptx_equals_the_portable_conversion(device):
 
 
 def test_split_fold_ptx_equals_the_portable_conversion(device):
-    """FOLD_BYTES_PTX and FOLD_SELECT_PTX, emulated, give _fold_split's portable bytes (split K order) for every
+    """FOLD_BYTES_PTX, emulated, gives _fold_split's portable bytes (split K order) for every
     code at every position and rel; the portable split fold holds the natural fold's bytes, reordered."""
     words, rel, _ = _all_codes_and_rels()
     d = ((rel[:, :1] + km.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)              # one block's d per row
@@ -411,16 +404,10 @@ def test_split_fold_ptx_equals_the_portable_conversion(device):
     natural = _fold(words, rel, km.MX_FOLD_TL, device).reshape(words.shape[0], -1, 2, 4)   # [R, W, half, 4]
     want = [natural[:, :, 0].reshape(words.shape[0], -1), natural[:, :, 1].reshape(words.shape[0], -1)]
     byte_regs = _emulate_ptx(km.FOLD_BYTES_PTX.value, {"$2": words.view(np.uint32), "$3": dx})
-    block = np.uint32(2)                                                              # d's byte in the key's word
-    sel_regs = _emulate_ptx(km.FOLD_SELECT_PTX.value, {"$2": words.view(np.uint32),
-                                                       "$3": np.broadcast_to(d << (8 * block), words.shape),
-                                                       "$7": np.zeros(words.shape, np.uint32),
-                                                       "$11": np.full(words.shape, block * 0x1111, np.uint32)})
     got = _fold_split_probe(words, rel, device)
     for half, reg in enumerate(("$0", "$1")):
         np.testing.assert_array_equal(got[half], want[half])
-        for regs in (byte_regs, sel_regs):
-            np.testing.assert_array_equal(regs[reg].view(np.uint8).reshape(words.shape[0], -1), want[half])
+        np.testing.assert_array_equal(byte_regs[reg].view(np.uint8).reshape(words.shape[0], -1), want[half])
 
 
 @triton.jit
