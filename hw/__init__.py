@@ -6,9 +6,10 @@ Every launcher checks its arguments on the host without a device sync (legal in 
 ValueError naming the bad argument; the launchers with a validate mode (validate=True, or MXIDX_VALIDATE=1 for all of
 them) also check the values they otherwise trust, with device syncs.
 
-Public modules besides the launchers: hw.layout (formats, page layouts, head-dim rules, the cache-view check),
-hw.checks (the launchers' host-side argument checks) and hw.isa_spec (what the ISA report compiles). Modules and
-packages whose names start with "_" are private to hw.
+Public modules besides the launchers: hw.variants (the registry of kernel variants) with hw.targets (Target, Op,
+Variant), hw.layout (formats, page layouts, head-dim rules, the cache-view check), hw.checks (the launchers'
+host-side argument checks), hw.isa_spec (what the ISA report compiles) and hw.testing (torch adapters for tests).
+Modules and packages whose names start with "_" are private to hw.
 """
 import os
 

@@ -1,14 +1,15 @@
 """What the cross-compilation report (tools/isa.py, `mxidx isa`) compiles: public, for tools/.
 
-Contract for a kernel package `hw/_<name>_details/`: its `__init__.py` defines a module-level
+A kernel variant (hw.variants) lists its CompileSpecs through its record's `isa_specs()`; a kernel package without
+variants (`hw/_<name>_details/`: the quantizers, the gather) defines a module-level
 
     ISA_SPECS: tuple[CompileSpec, ...]
 
-with a few *representative* instantiations of each of its @triton.jit kernels (the shapes and constexprs the
-launchers really use: e.g. every head dim for a scorer, since a kernel verified only at D = 128 is a known failure).
-Building the tuple must be cheap (no compilation, no tensors, no GPU). load_specs() collects them from every kernel
-package, found on disk. The report compiles the functions the specs name, so they must be real @triton.jit
-functions: under TRITON_INTERPRET=1 the report runs in a child process without it.
+Either way: a few *representative* instantiations of each @triton.jit kernel (the shapes and constexprs the
+launchers really use: e.g. every head dim for a scorer, since a kernel verified only at D = 128 is a known failure),
+cheap to build (no compilation, no tensors, no GPU). hw.variants.load_specs() collects both. The report compiles
+the functions the specs name, so they must be real @triton.jit functions: under TRITON_INTERPRET=1 the report runs
+in a child process without it.
 """
 from __future__ import annotations
 
