@@ -3,8 +3,8 @@
 `triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...))` runs Triton's whole pipeline
 down to the device binary without a GPU: the AMD backend links the HSACO with the LLD built into Triton's wheel,
 the NVIDIA backend runs the ptxas the wheel bundles. hw.variants.load_specs() gives every variant's and kernel
-package's CompileSpecs (hw/isa_spec.py states the contract); this module compiles each spec once per process (and Triton's on-disk
-cache keeps the binaries across processes) and reads, per kernel:
+package's CompileSpecs (hw/isa_spec.py states the contract); this module compiles each spec once per process
+(and Triton's on-disk cache keeps the binaries across processes) and reads, per kernel:
 
   gfx950  matrix instructions (v_mfma*, v_smfmac*; the MXFP4 claim is v_mfma_scale_f32_*_f8f6f4), VGPR / AGPR /
           SGPR counts, spill counts and the private (scratch) segment from the AMDGCN's metadata, LDS bytes;
