@@ -23,6 +23,7 @@ PAGE_LAYOUTS = tuple(layout for fmt in KV_DTYPES for layout in LAYOUTS_OF[fmt])
 PAGE_SIZES = (16, 32, 64, 128, 256)
 HEAD_DIMS = range(MX_BLOCK, 257, MX_BLOCK)   # DESIGN §2: multiples of 32 in 32..256
 SCORER_HEAD_DIMS = tuple(d for d in HEAD_DIMS if d & (d - 1) == 0)   # the scorer tiles: 32, 64, 128, 256
+MAX_HEADS = 128                              # the scorers' query rows per token (padded heads on an MMA axis)
 TILE_HEAD_DIM = 128                          # mxfp4_tiled: D a multiple of 128 ...
 TILE_TOKENS = 4                              # ... and P a multiple of 4 (one scale word holds 4 tokens)
 
@@ -71,6 +72,12 @@ def check_head_dim(name: str, head_dim: int, layout: str | None) -> None:
     if layout == "mxfp4_tiled" and head_dim % TILE_HEAD_DIM:
         raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of {TILE_HEAD_DIM}, "
                          f"got {head_dim}")
+
+
+def check_scorer_heads(name: str, num_heads: int) -> None:
+    """The scorers' head-count rule: 1 <= H <= MAX_HEADS. ValueError naming `name` otherwise."""
+    if not 1 <= num_heads <= MAX_HEADS:
+        raise ValueError(f"{name}: the scorers take 1 to {MAX_HEADS} heads, got {num_heads}")
 
 
 def check_scorer_head_dim(name: str, head_dim: int, layout: str | None) -> None:

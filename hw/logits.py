@@ -27,6 +27,7 @@ from ._logits_details.prefill import prefill_logits_kernel
 from ._logits_details.schedule import paged_schedule
 from .checks import (
     FP8_DTYPE,
+    INT32_MAX,
     MX_BLOCK,
     check_flag,
     check_int,
@@ -35,7 +36,7 @@ from .checks import (
     check_tensor,
     validate_requested,
 )
-from .layout import KV_DTYPES, check_cache_view, check_pages_in_span, check_scorer_head_dim
+from .layout import KV_DTYPES, check_cache_view, check_pages_in_span, check_scorer_head_dim, check_scorer_heads
 from .targets import Op, Target, target_of
 from .variants import select
 
@@ -88,6 +89,7 @@ def _split_pair(name: str, pair, ndim: int, device=None):
     check_tensor(f"{name}[0]", values, dtypes=(FP8_DTYPE, torch.uint8), ndim=ndim, device=device, contiguous=True)
     device = values.device      # the scales follow the values (q's values define the call's device)
     lead_shape = tuple(values.shape[:-1])
+    check_scorer_heads(f"{name}[0]", lead_shape[-1])
     if values.dtype == FP8_DTYPE:
         if scales is not None:
             raise ValueError(f"{name}: an FP8 query carries its scale in the weights; pass (values, None)")
@@ -256,6 +258,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     if indices is not None:
         raise ValueError("indices is not supported (the scorer always covers every visible column); pass None")
     width = check_int("max_context_len", max_context_len, 0)
+    if width > INT32_MAX:
+        raise ValueError(f"max_context_len = {width} is past the int32 column indices the scorers and the top-k use "
+                         f"(at most {INT32_MAX})")
     kv_dtype, q_v, q_s, head_dim, (batch, next_n, num_heads) = _split_pair("q", q, 4)
     device = q_v.device
     if next_n < 1:

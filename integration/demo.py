@@ -60,6 +60,12 @@ class DemoSettings:
             raise ValueError(f"decode_steps must be >= 0, got {self.decode_steps}")
         if self.top_k is not None and not 1 <= self.top_k <= MAX_K:
             raise ValueError(f"top_k must be in 1..{MAX_K}, got {self.top_k}")
+        _ = self.geometry   # heads, head dim and page size: ValueError before anything runs
+
+    @property
+    def geometry(self) -> IndexerGeometry:
+        """The indexer layer's geometry (IndexerGeometry checks it)."""
+        return IndexerGeometry(self.model.num_heads, self.model.head_dim, self.page_size)
 
     @classmethod
     def for_device(cls, device: str, *, num_layers: int | None = None, num_heads: int | None = None,
@@ -126,7 +132,7 @@ def run_demo(config: IndexerConfig, settings: DemoSettings, device: str, *,
     """Run the demo; `progress` gets one line per phase, layer and decode step."""
     progress = progress or (lambda message: None)
     dev = torch.device(device)
-    geometry = IndexerGeometry(settings.model.num_heads, settings.model.head_dim, settings.page_size)
+    geometry = settings.geometry
     progress("gates: deciding the indexer format" + (" (the MXFP4 self-check runs the kernels once)"
                                                       if config.kv_dtype == "mxfp4" else ""))
     start = time.perf_counter()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hw.layout import PAGE_SIZES, check_scorer_head_dim
+from hw.layout import PAGE_SIZES, check_scorer_head_dim, check_scorer_heads
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class IndexerGeometry:
     """Shape of one indexer layer: H heads of head dim D, P tokens per cache page.
 
     Raises ValueError for geometry that no format supports (D not one of the scorers' 32, 64, 128, 256; P not
-    in 16/32/64/128/256; H < 1).
+    in 16/32/64/128/256; H outside 1..128, the scorers' range).
     """
 
     num_heads: int
@@ -23,8 +23,9 @@ class IndexerGeometry:
     page_size: int
 
     def __post_init__(self):
-        if not isinstance(self.num_heads, int) or self.num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {self.num_heads!r}")
+        if not isinstance(self.num_heads, int):
+            raise ValueError(f"num_heads must be an int, got {self.num_heads!r}")
+        check_scorer_heads("num_heads", self.num_heads)
         check_scorer_head_dim("head_dim", self.head_dim, "mxfp4")
         if self.page_size not in PAGE_SIZES:
             raise ValueError(f"page_size must be one of {PAGE_SIZES}, got {self.page_size!r}")

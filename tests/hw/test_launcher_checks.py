@@ -340,3 +340,24 @@ def test_an_interpreter_that_cannot_run_the_kernels_is_a_clear_error(monkeypatch
     launcher = LAUNCHERS[0]
     with pytest.raises(ValueError, match=re.escape("is on the CPU, but the Triton interpreter of triton")):
         launcher.fn(**launcher.args(torch.device("cpu")))
+
+
+def test_scorers_refuse_more_heads_than_their_tiles_take(device):
+    """H above hw.layout.MAX_HEADS is a ValueError up front (the tiles would exhaust registers, or hang an
+    interpreter), not a launch."""
+    from hw.layout import MAX_HEADS
+
+    args = _prefill_args(device)
+    values, scales = args["q"]
+    wide = (values.new_zeros(values.shape[0], MAX_HEADS + 1, values.shape[2]),
+            scales.new_zeros(scales.shape[0], MAX_HEADS + 1, scales.shape[2]))
+    with pytest.raises(ValueError, match=re.escape(f"q[0]: the scorers take 1 to {MAX_HEADS} heads, got "
+                                                   f"{MAX_HEADS + 1}")):
+        hw.fp8_fp4_mqa_logits(**{**args, "q": wide})
+
+
+def test_paged_output_width_must_fit_int32_columns(device):
+    """max_context_len past int32 (the column indices) is a ValueError, not an allocator error."""
+    args = _paged_args(device)
+    with pytest.raises(ValueError, match=re.escape("max_context_len = 1000000000000 is past the int32 column")):
+        hw.fp8_fp4_paged_mqa_logits(**{**args, "max_context_len": 10 ** 12})

@@ -200,7 +200,8 @@ def test_parse_version():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(num_heads=0, head_dim=128, page_size=64), "num_heads must be a positive int"),
+    (dict(num_heads=0, head_dim=128, page_size=64), "num_heads: the scorers take 1 to 128 heads, got 0"),
+    (dict(num_heads=129, head_dim=128, page_size=64), "num_heads: the scorers take 1 to 128 heads, got 129"),
     (dict(num_heads=8, head_dim=48, page_size=64), "head dim must be a multiple of 32"),
     (dict(num_heads=8, head_dim=288, page_size=64), "head dim must be a multiple of 32"),
     (dict(num_heads=8, head_dim=128, page_size=48), "page_size must be one of"),
