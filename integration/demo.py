@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -152,6 +153,24 @@ def run_demo(config: IndexerConfig, settings: DemoSettings, device: str, *,
     return DemoResult(device, settings, decision, gate_seconds,
                       {fmt: bytes_per_token(fmt, settings.model.head_dim) for fmt in KV_DTYPES},
                       pool_layout, variants)
+
+
+def check_fits(settings: DemoSettings, device: str) -> None:
+    """ValueError, before anything runs, when the run's largest buffers cannot fit the device's memory: one
+    layer's prefill logits (fp32 [B * prompt, prompt]), every layer's bf16 keys, and the shared pool (at its FP8
+    size, the larger format)."""
+    s = settings
+    need = (4 * s.batch * s.prompt_len ** 2 + s.model.num_layers * s.batch * 2 * s.max_context_len * s.model.head_dim
+            + s.batch * -(-s.max_context_len // s.page_size) * s.page_size * s.model.num_layers
+            * (bytes_per_token("fp8", s.model.head_dim) + MLA_BYTES_PER_TOKEN))
+    if device == "cuda":
+        have = torch.cuda.mem_get_info()[0]
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    if need > have:
+        raise ValueError(f"this demo needs about {need / 2**30:.1f} GiB ({s.model.num_layers} layers, batch "
+                         f"{s.batch}, prompt {s.prompt_len}: the prefill logits grow with prompt^2), the {device} has "
+                         f"{have / 2**30:.1f} GiB free; use a smaller --prompt-len or --layers")
 
 
 def _pool_layout(decision: GateDecision, settings: DemoSettings) -> PoolLayout:

@@ -130,8 +130,9 @@ def decode_visible(context_lens, next_n: int, max_context_len: int, max_pages: i
     """Visible column count of every decode row r = b*N + n (DESIGN §4): int64[B*N].
 
     context_lens int[B] (1-D: ctx = max(0, context_lens[b] - N + n + 1), the N draft tokens of a sequence end at its
-    last position) or int[B, N] (2-D: ctx = context_lens[b, n]); then clamped to max_context_len and to
-    max_pages * page_size.
+    last position) or int[B, N] (2-D: ctx = max(0, context_lens[b, n])); then clamped to max_context_len and to
+    max_pages * page_size. A negative length sees nothing, as in the kernels' hot path (their validate mode
+    rejects it).
     """
     n_rows = _python_int(next_n, "next_n")
     if n_rows < 1:
@@ -141,11 +142,7 @@ def decode_visible(context_lens, next_n: int, max_context_len: int, max_pages: i
     lens = _int_array(context_lens, "context_lens", (1, 2))
     if lens.ndim == 2 and lens.shape[1] != n_rows:
         raise ValueError(f"2-D context_lens must be [B, next_n] = [B, {n_rows}], got {lens.shape}")
-    if lens.size and lens.min() < 0:
-        at = tuple(int(i) for i in np.unravel_index(lens.argmin(), lens.shape))
-        raise ValueError(f"context_lens must be >= 0, got {int(lens.min())} at {at}")
-    if lens.ndim == 1:
-        lens = np.maximum(0, lens[:, None] - n_rows + np.arange(n_rows) + 1)
+    lens = np.maximum(0, lens[:, None] - n_rows + np.arange(n_rows) + 1 if lens.ndim == 1 else lens)
     return np.minimum(lens, cap).reshape(-1)
 
 

@@ -40,7 +40,7 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
     except RuntimeError as e:
         raise BadInput(str(e)) from None
     from integration.config import IndexerConfig  # after choose_device: imports hw
-    from integration.demo import DemoSettings, format_report, run_demo
+    from integration.demo import DemoSettings, check_fits, format_report, run_demo
 
     try:
         if not attention_config.strip():   # a serving config reads "" as the FP8 default; the demo's is MXFP4
@@ -50,6 +50,7 @@ def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, devic
         config = IndexerConfig.from_json(attention_config)
         settings = DemoSettings.for_device(device, num_layers=layers, num_heads=heads, prompt_len=prompt_len,
                                            decode_steps=decode_steps, top_k=top_k)
+        check_fits(settings, device)
     except ValueError as e:        # one line, exit status 2, before any kernel runs
         raise BadInput(str(e)) from None
     start = time.perf_counter()

@@ -101,6 +101,9 @@ def _load_block_table(path: str) -> np.ndarray:
     if not isinstance(table, np.ndarray) or table.dtype.kind not in "iu":
         raise BadInput(f"--block-table: {path} must hold one integer array (.npy), got "
                        f"{getattr(table, 'dtype', type(table).__name__)}")
+    if table.ndim not in (1, 2):
+        raise BadInput(f"--block-table: {path} must be [max_pages] or [batch, max_pages], got shape "
+                       f"{list(table.shape)}")
     return table
 
 

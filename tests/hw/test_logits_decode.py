@@ -231,6 +231,22 @@ def test_validate_rejects_negative_context(device):
         hw.fp8_fp4_paged_mqa_logits(**args)
 
 
+@pytest.mark.parametrize("variant", case_variants(Op.DECODE, "fp8"))
+def test_negative_context_sees_nothing_as_in_sim(device, variant):
+    """Unvalidated, a negative context length is an empty row in every variant, and sim.scorer agrees."""
+    case = DecodeCase("fp8", 32, 16, 2, 1, (20, 5), 32, 3)
+    args, (q_ref, pool, geom, w_ref, _, bt) = _run(case, device, np.random.default_rng(5))
+    ctx = np.array([20, -3], dtype=np.int32)
+    args.update(context_lens=torch.from_numpy(ctx).to(device), clean_logits=True, variant=variant,
+                schedule_meta=hw.get_paged_mqa_logits_metadata(torch.from_numpy(ctx).to(device), case.page_size, 2))
+    out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
+    ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
+    n, u = declared_precision(Op.DECODE, "fp8", case.head_dim, device, variant)
+    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, n_roundings=n, u=u)
+    scorer.assert_logits_within_bound(out, ref, bound)
+    assert np.isneginf(out[1]).all()
+
+
 # ============================================================================================ rejections
 def _base_args(device=torch.device("cpu")):
     case = DecodeCase("mxfp4", 32, 16, 2, 2, (20, 5), 32, 3)

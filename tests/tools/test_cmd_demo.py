@@ -49,6 +49,7 @@ def test_fp8_demo_does_not_announce_a_self_check():
      "indexer_layout must be one of ['mxfp4', 'mxfp4_tiled'], got 'tiled'"),
     (["--top-k", "4096"], "top_k must be in 1..2048, got 4096"),
     (["--heads", "100000"], "num_heads: the scorers take 1 to 128 heads, got 100000"),
+    (["--prompt-len", "100000000"], "this demo needs about "),
     (["--attention-config", '{"indexer_layout": "mxfp4_tiled"}'], "--attention-config: indexer_layout and "),
     (["--attention-config", ""], "--attention-config is empty; leave the option out for the demo's default "
                                  '{"indexer_kv_dtype": "mxfp4"}'),

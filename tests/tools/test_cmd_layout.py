@@ -152,6 +152,10 @@ def test_bad_files_exit_2(tmp_path):
     assert r.exit_code == 2 and "--cache: " in r.stderr and "uint8" in r.stderr
     r = run(*GEOM_ARGS, "--num-pages", 2, "--block-table", floats)
     assert r.exit_code == 2 and "--block-table: " in r.stderr and "integer array" in r.stderr
+    cube = tmp_path / "cube.npy"
+    np.save(cube, np.zeros((2, 2, 2), np.int32))
+    r = run(*GEOM_ARGS, "--num-pages", 2, "--block-table", cube)
+    assert r.exit_code == 2 and "must be [max_pages] or [batch, max_pages], got shape [2, 2, 2]" in r.stderr
     small = tmp_path / "small.npy"
     np.save(small, np.zeros(5000, np.uint8))
     r = run(*GEOM_ARGS, "--num-pages", 6, "--cache", small)
