@@ -9,6 +9,9 @@ FP32_UNIT_ROUNDOFF = 2.0 ** -24
 #: Hopper's FP8 MMA keeps about 14 bits inside one K group even with Triton's promotion every 32 products; the
 #: FP8 scorers on NVIDIA declare this u (docs/design.md, clarifications: measured up to 55x the u = 2^-24 bound).
 NVIDIA_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13
+#: the keys-on-M scorers do not promote: over D / 32 chained K groups the truncation model's error stays below
+#: (33/32) D 2^-13 of the sum of |q k|, which (D + H + 2) u covers with this u
+UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -12
 FP8_PROMOTE_K = 32              # Hopper FP8 MMA: promote to fp32 every 32 products
 MMA_MIN_ROWS = 16               # tl.dot / tl.dot_scaled need M >= 16
 INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled

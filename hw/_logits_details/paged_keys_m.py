@@ -79,10 +79,15 @@ from .._quant_details.page_offsets import (
     mxfp4_value_offsets,
     mxfp4_value_token_offset,
 )
-from ..checks import triton_version
 from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant, target_of
 from .calls import DecodeCall
+from .common import (
+    FP32_UNIT_ROUNDOFF,
+    NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
+    UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
+    dot_scaled_targets,
+)
 
 FMT_FP8 = tl.constexpr(0)
 FMT_MXFP4 = tl.constexpr(1)
@@ -104,16 +109,11 @@ MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fa
 MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
-INTERPRETER_DOT_SCALED_TRITON = (3, 8)   # the first triton whose CPU interpreter runs tl.dot_scaled
 #: where each MXFP4 path runs. dot_scaled: gfx950's native scaled MFMA, and the interpreter's emulation; not
 #: NVIDIA, where Triton's decomposition of it fails to compile at D = 32 (and the fold is the point of this kernel).
 PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
-                "dot_scaled": frozenset({Target.AMD} | ({Target.INTERPRETER} if triton_version()
-                                                         >= INTERPRETER_DOT_SCALED_TRITON else set()))}
+                "dot_scaled": dot_scaled_targets() - {Target.NVIDIA}}
 DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
-FP32_UNIT_ROUNDOFF = 2.0 ** -24
-NVIDIA_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -13
-UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF = 2.0 ** -12   # covers the (33/32) D 2^-13 of D / 32 chained K groups
 MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
 MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune

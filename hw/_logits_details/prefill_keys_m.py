@@ -52,19 +52,22 @@ from .._quant_details.page_offsets import MX_BLOCK
 from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant
 from .calls import PrefillCall
-from .common import ALL_TARGETS, MMA_MIN_ROWS
+from .common import (
+    ALL_TARGETS,
+    FP32_UNIT_ROUNDOFF,
+    MMA_MIN_ROWS,
+    NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
+    UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
+)
 from .paged_keys_m import (
     E8M0_NAN,
     E8M0_ONE,
     EXACT_REL,
     FOLD_KEY_BIAS,
     FOLD_SPAN,
-    FP32_UNIT_ROUNDOFF,
     MIN_SPLIT_K,
     MX_FOLD_PTX,
     MX_FOLD_TL,
-    NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
-    UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
     _bytes_to_words,
     _d8_broadcast,
     _dot,
