@@ -1,7 +1,7 @@
 """vLLM's indexer K-cache and top-k ops over hw's launchers: `from integration.compat import vllm as ops` for
 `from vllm import _custom_ops as ops` (same names, same argument order, results written into the caller's buffers).
 
-    indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt) -> None
+    indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, kv_cache_dtype) -> None
     cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens) -> None
     top_k_per_row_prefill(logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows, stride0, stride1,
                           topk_tokens) -> None
@@ -14,15 +14,16 @@ gets a 1-wide head axis, a view): its pages are hw's block-planar pages, FP8 wit
 values, then one fp32 scale per token), MXFP4 with D/2 + D/32 (codes, then E8M0 bytes).
 
 The writer: quant_block_size is the elements per scale: D for FP8 (one scale per token, the only FP8 page hw has) and
-32 for MXFP4; the format follows cache_stride. scale_fmt "ue8m0" is hw's FP8 scale (the smallest power of two with
+32 for MXFP4; the format follows cache_stride. The fifth argument (named kv_cache_dtype in vllm._custom_ops) is the
+scale format vLLM's indexer passes, its scale_fmt: "ue8m0" is hw's FP8 scale (the smallest power of two with
 448 * scale >= max(amax, 1e-4)); vLLM's other FP8 scale, amax / 448 unrounded, is refused with a ValueError (hw's
 writer stores power-of-two scales only).
 
 The gather: the format follows dst_k (float8_e4m3fn [T, D]: fp8; uint8 [T, D/2]: mxfp4 planar, which also settles the
 68-byte ambiguity of fp8 D = 64 and mxfp4 D = 128); dst_scale is uint8 [T, 4] or fp32 [T] (fp8), uint8 [T, D/32]
 (mxfp4). Sync-free, as vLLM's: T = dst_k.shape[0] rows are gathered and rows at or past cu_seq_lens[-1] keep their
-contents. Cost beyond hw's gather: hw returns new tensors, so the rows are then merged into dst_k / dst_scale (one
-more read of both and a write of the destination).
+contents. Cost beyond hw's gather: hw returns new tensors, so the rows are then merged into dst_k / dst_scale in
+place (one more read of both and a write of the destination).
 
 Top-k: hw.top_k_per_row's selection, ordered by (value desc, index asc), padded with -1; vLLM promises the set of the
 k largest (its rows shorter than k come in position order), so any order is vLLM-correct. Prefill indices are
@@ -71,15 +72,17 @@ def _writer_format(cache_stride: int, head_dim: int, quant_block_size) -> str:
                      f"fp8 ({bytes_per_token('fp8', head_dim)}) nor mxfp4 ({bytes_per_token('mxfp4', head_dim)})")
 
 
-def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt) -> None:
+def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, kv_cache_dtype) -> None:
     """vLLM's ops.indexer_k_quant_and_cache: quantize k [T, D] and write token i into slot slot_mapping[i] (int64,
-    < 0 skips), in place (hw.indexer_k_quant_and_cache with scale rule rceil for MXFP4)."""
+    < 0 skips), in place (hw.indexer_k_quant_and_cache with scale rule rceil for MXFP4). kv_cache_dtype is the scale
+    format (vLLM's scale_fmt): "ue8m0"."""
     check_tensor("k", k, ndim=2)
     view = _cache_view(kv_cache)
     kv_dtype = _writer_format(view.shape[-1], k.shape[1], quant_block_size)
-    if scale_fmt != UE8M0:
-        raise ValueError(f"scale_fmt = {scale_fmt!r} is not supported: hw's writer stores power-of-two (ue8m0) "
-                         f"scales only; pass scale_fmt={UE8M0!r} (what DeepSeek-V3.2's indexer uses)")
+    if kv_cache_dtype != UE8M0:
+        raise ValueError(f"scale format (kv_cache_dtype, vLLM's scale_fmt) = {kv_cache_dtype!r} is not supported: hw's "
+                         f"writer stores power-of-two (ue8m0) scales only; pass {UE8M0!r} (what DeepSeek-V3.2's "
+                         f"indexer uses)")
     hw.indexer_k_quant_and_cache(k, view, slot_mapping, kv_dtype=kv_dtype)
 
 
@@ -110,7 +113,7 @@ def cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_
                                                         layout=layout, num_tokens=rows)
     kept = torch.arange(rows, device=dst_k.device) < cu_seq_lens[-1]
     for dst, src in ((dst_k.view(torch.uint8), values.view(torch.uint8)), (scale_out, scales.view(torch.uint8))):
-        dst.copy_(torch.where(kept[:, None], src.view(rows, -1), dst))
+        torch.where(kept[:, None], src.view(rows, -1), dst, out=dst)
 
 
 # ============================================================================================ top-k

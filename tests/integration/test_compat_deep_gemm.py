@@ -59,7 +59,7 @@ def prefill_inputs(kv_dtype: str, head_dim: int, num_q: int, num_k: int, device,
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_prefill_fp4_int8_values_int32_words_bf16_weights_and_logits(head_dim, device):
-    """Rows 1, 2, 3 (prefill), 4, 5: int8 FP4, int32 [S, H] / [SK] scale words (padded at D = 64), bf16 weights;
+    """int8 FP4, int32 [S, H] / [SK] scale words (padded at D = 64), bf16 weights;
     fp32 logits within the bound, bf16 logits = those rounded to bf16."""
     args, ref, bound, _, _ = prefill_inputs("mxfp4", head_dim, 5, 40, device, f"dg-prefill-{head_dim}")
     assert args[0][1].shape == (5, HEADS) and args[1][1].shape == (40,) and args[2].dtype == torch.bfloat16
@@ -71,7 +71,7 @@ def test_prefill_fp4_int8_values_int32_words_bf16_weights_and_logits(head_dim, d
 
 
 def test_prefill_older_name_bare_fp8_q_and_compressed_logits(device):
-    """Rows 6, 9: fp8_mqa_logits with a bare FP8 q; max_seqlen_k > 0 gives entry (i, j) = logit of key ks[i] + j."""
+    """fp8_mqa_logits with a bare FP8 q; max_seqlen_k > 0 gives entry (i, j) = logit of key ks[i] + j."""
     args, ref, bound, starts, ends = prefill_inputs("fp8", 128, 6, 32, device, "dg-prefill-fp8")
     (q, _), kv, weights, ks, ke = args
     full = deep_gemm.fp8_mqa_logits(q, kv, weights, ks, ke)
@@ -117,7 +117,7 @@ MAX_CONTEXT = 48
 
 
 def test_paged_fp4_deepgemm_pages_2d_contexts_bf16(device):
-    """Rows 1, 2, 4, 5: int8 FP4 q with int32 [B, N, H] words, DeepGEMM's 68-byte D = 128 pages, 2-D context_lens,
+    """int8 FP4 q with int32 [B, N, H] words, DeepGEMM's 68-byte D = 128 pages, 2-D context_lens,
     bf16 weights and logits; the schedule from the compat metadata call."""
     (q, kv_cache, w, ctx, bt), (ref, bound, visible) = decode_inputs("mxfp4", 128, CONTEXTS, MAX_CONTEXT, device,
                                                                      "dg-decode-fp4")
@@ -134,7 +134,7 @@ def test_paged_fp4_deepgemm_pages_2d_contexts_bf16(device):
 
 
 def test_paged_older_name_bare_fp8_q(device):
-    """Row 9: fp8_paged_mqa_logits with a bare FP8 q [B, N, H, D]."""
+    """fp8_paged_mqa_logits with a bare FP8 q [B, N, H, D]."""
     (q, kv_cache, w, ctx, bt), (ref, bound, visible) = decode_inputs("fp8", 64, CONTEXTS, MAX_CONTEXT, device,
                                                                      "dg-decode-fp8")
     schedule = deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, 2)
@@ -162,7 +162,7 @@ def deepgemm_schedule(context_lens: np.ndarray, block_kv: int, num_sms: int) -> 
 @pytest.mark.parametrize("contexts", [np.array([[300, 301], [70, 71], [0, 0], [129, 130]]),
                                       np.array([301, 71, 0, 130])], ids=["2d", "1d"])
 def test_deepgemm_computed_schedule_never_gives_wrong_logits(contexts, device):
-    """Row 8: a schedule computed by DeepGEMM's algorithm (same shape as ours, boundaries inside sequences) is
+    """A schedule computed by DeepGEMM's algorithm (same shape as ours, boundaries inside sequences) is
     refused or gives right logits, through the compat entry point and in every decode variant that runs here."""
     next_n = 2
     contexts_2d = contexts if contexts.ndim == 2 else contexts[:, None] - np.arange(next_n - 1, -1, -1)
@@ -187,7 +187,8 @@ def test_deepgemm_computed_schedule_never_gives_wrong_logits(contexts, device):
 
 
 def test_refusals_say_what_to_do(device):
-    """Rows 3 (D = 64 paged), 7 and the other unsupported DeepGEMM features: ValueErrors naming the fix."""
+    """`indices`, DeepGEMM's D = 64 FP4 pages and the other unsupported DeepGEMM features: ValueErrors naming
+    the fix."""
     (q, kv_cache, w, ctx, bt), _ = decode_inputs("mxfp4", 64, CONTEXTS, MAX_CONTEXT, device, "dg-refusals")
     schedule = deep_gemm.get_paged_mqa_logits_metadata(ctx, PAGE, 2)
     indices = torch.arange(3, dtype=torch.int32, device=device)

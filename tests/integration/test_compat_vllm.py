@@ -26,7 +26,7 @@ def vllm_cache(kv_dtype: str, head_dim: int, device):
 
 @pytest.mark.parametrize("kv_dtype,head_dim,quant_block_size", [("fp8", 128, 128), ("mxfp4", 64, 32)])
 def test_writer_3d_cache_quant_block_size_ue8m0(kv_dtype, head_dim, quant_block_size, device):
-    """Rows 10, 11: vLLM's (k, 3-D cache, slots, quant_block_size, scale_fmt) writes sim's bytes; -1 skips."""
+    """vLLM's (k, 3-D cache, slots, quant_block_size, scale_fmt) writes sim's bytes; -1 skips."""
     rng = case_rng(f"vllm-writer-{kv_dtype}")
     pool, geom, cache = vllm_cache(kv_dtype, head_dim, device)
     k = torch.from_numpy(random_values(rng, (7, head_dim))).to(torch.bfloat16)
@@ -42,7 +42,7 @@ def test_writer_refusals(device):
     _, _, cache = vllm_cache("fp8", 64, device)
     k = torch.zeros(1, 64, dtype=torch.bfloat16, device=device)
     slots = torch.zeros(1, dtype=torch.int64, device=device)
-    with pytest.raises(ValueError, match="scale_fmt='ue8m0'"):
+    with pytest.raises(ValueError, match="pass 'ue8m0'"):
         vllm.indexer_k_quant_and_cache(k, cache, slots, 64, None)
     with pytest.raises(ValueError, match="quant_block_size=64"):
         vllm.indexer_k_quant_and_cache(k, cache, slots, 128, "ue8m0")
@@ -50,7 +50,7 @@ def test_writer_refusals(device):
 
 @pytest.mark.parametrize("kv_dtype,head_dim", [("fp8", 64), ("mxfp4", 128)])    # both 68 bytes per token
 def test_gather_into_caller_buffers_leaves_the_tail(kv_dtype, head_dim, device):
-    """Rows 12, 14: dst_k / dst_scale receive each sequence's tokens, rows past cu_seq_lens[-1] keep their bytes;
+    """dst_k / dst_scale receive each sequence's tokens, rows past cu_seq_lens[-1] keep their bytes;
     the format follows dst_k, so the 68-byte cache needs no layout argument."""
     rng = case_rng(f"vllm-gather-{kv_dtype}")
     pool, geom, _ = vllm_cache(kv_dtype, head_dim, device)
@@ -84,7 +84,7 @@ def _logits(rng, rows: int, width: int, stride: int, device) -> torch.Tensor:
 
 
 def test_topk_prefill_relative_indices_caller_buffer(device):
-    """Row 13 (prefill): indices relative to cu_seqlen_ks, -1 padded, only num_rows rows written, k > row length."""
+    """Prefill top-k: indices relative to cu_seqlen_ks, -1 padded, only num_rows rows written, k > row length."""
     rng = case_rng("vllm-topk-prefill")
     rows, width, k, num_rows = 6, 24, 10, 5
     logits = _logits(rng, rows, width, 32, device)
@@ -101,7 +101,7 @@ def test_topk_prefill_relative_indices_caller_buffer(device):
 
 @pytest.mark.parametrize("two_d", [False, True], ids=["seq_lens_1d", "seq_lens_2d"])
 def test_topk_decode_next_n(two_d, device):
-    """Row 13 (decode): (next_n, seq_lens) rows, absolute indices into the caller's buffer."""
+    """Decode top-k: (next_n, seq_lens) rows, absolute indices into the caller's buffer."""
     rng = case_rng(f"vllm-topk-decode-{two_d}")
     batch, next_n, width, k = 3, 2, 20, 6
     logits = _logits(rng, batch * next_n, width, width + 4, device)
