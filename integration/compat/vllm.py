@@ -35,6 +35,7 @@ num_rows are left alone. k above hw.top_k_per_row's limit is a ValueError.
 from __future__ import annotations
 
 import inspect
+import math
 
 import torch
 
@@ -48,15 +49,19 @@ FP8_SCALE_BYTES = 4
 
 
 # ============================================================================================ K cache
-def _cache_view(kv_cache) -> torch.Tensor:
-    """vLLM's uint8 [num_blocks, block_size, cache_stride] -> hw's [num_blocks, block_size, 1, cache_stride] view."""
+def _cache_view(kv_cache, kv_dtype: str, head_dim: int) -> torch.Tensor:
+    """vLLM's uint8 [num_blocks, block_size, cache_stride] -> hw's [num_blocks, block_size, 1, cache_stride] view,
+    cache_stride checked against the format's bytes per token."""
     check_tensor("kv_cache", kv_cache, dtypes=torch.uint8)
-    if kv_cache.dim() == 3:
-        return kv_cache.unsqueeze(2)
-    if kv_cache.dim() != 4:
+    if kv_cache.dim() not in (3, 4):
         raise ValueError(f"kv_cache must be uint8 [num_blocks, block_size, cache_stride] (or its 4-D view "
                          f"[num_blocks, block_size, 1, cache_stride]), got shape {list(kv_cache.shape)}")
-    return kv_cache
+    want = bytes_per_token(kv_dtype, head_dim)
+    if kv_cache.shape[-1] != want:
+        raise ValueError(f"kv_cache has {kv_cache.shape[-1]} bytes per token (last dim); {kv_dtype} with D = "
+                         f"{head_dim} has {want}: pass the [num_blocks, block_size, 1, {want}] view of the pages "
+                         f"(what vLLM's kv_cache_as_quant_view gives)")
+    return kv_cache.unsqueeze(2) if kv_cache.dim() == 3 else kv_cache
 
 
 def _writer_format(cache_stride: int, head_dim: int, quant_block_size) -> str:
@@ -77,19 +82,19 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, kv_ca
     < 0 skips), in place (hw.indexer_k_quant_and_cache with scale rule rceil for MXFP4). kv_cache_dtype is the scale
     format (vLLM's scale_fmt): "ue8m0"."""
     check_tensor("k", k, ndim=2)
-    view = _cache_view(kv_cache)
-    kv_dtype = _writer_format(view.shape[-1], k.shape[1], quant_block_size)
+    check_tensor("kv_cache", kv_cache, dtypes=torch.uint8)
+    kv_dtype = _writer_format(kv_cache.shape[-1], k.shape[1], quant_block_size)
     if kv_cache_dtype != UE8M0:
         raise ValueError(f"scale format (kv_cache_dtype, vLLM's scale_fmt) = {kv_cache_dtype!r} is not supported: hw's "
                          f"writer stores power-of-two (ue8m0) scales only; pass {UE8M0!r} (what DeepSeek-V3.2's "
                          f"indexer uses)")
-    hw.indexer_k_quant_and_cache(k, view, slot_mapping, kv_dtype=kv_dtype)
+    hw.indexer_k_quant_and_cache(k, _cache_view(kv_cache, kv_dtype, k.shape[1]), slot_mapping, kv_dtype=kv_dtype)
 
 
 def _row_bytes(name: str, t: torch.Tensor, rows: int, row_bytes: int) -> torch.Tensor:
     """A [rows, ...] buffer as a uint8 [rows, row_bytes] view of the same memory (ValueError if it is not one)."""
     check_tensor(name, t)
-    if t.dim() not in (1, 2) or t.shape[0] != rows or t[:1].numel() * t.element_size() != row_bytes:
+    if t.dim() not in (1, 2) or t.shape[0] != rows or math.prod(t.shape[1:]) * t.element_size() != row_bytes:
         raise ValueError(f"{name} must hold {row_bytes} bytes for each of dst_k's {rows} rows, got {t.dtype} "
                          f"{list(t.shape)}")
     try:
@@ -105,12 +110,13 @@ def cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_
     check_tensor("dst_k", dst_k, dtypes=(FP8_DTYPE, torch.uint8), ndim=2)
     rows = dst_k.shape[0]
     if dst_k.dtype == FP8_DTYPE:
-        layout, scale_bytes = "fp8", FP8_SCALE_BYTES
+        layout, head_dim, scale_bytes = "fp8", dst_k.shape[1], FP8_SCALE_BYTES
     else:
-        layout, scale_bytes = "mxfp4", 2 * dst_k.shape[1] // MX_BLOCK
+        layout, head_dim = "mxfp4", 2 * dst_k.shape[1]
+        scale_bytes = head_dim // MX_BLOCK
     scale_out = _row_bytes("dst_scale", dst_scale, rows, scale_bytes)
-    values, scales = hw.cp_gather_indexer_k_quant_cache(_cache_view(kv_cache), block_table, cu_seq_lens,
-                                                        layout=layout, num_tokens=rows)
+    values, scales = hw.cp_gather_indexer_k_quant_cache(_cache_view(kv_cache, layout, head_dim), block_table,
+                                                        cu_seq_lens, layout=layout, num_tokens=rows)
     kept = torch.arange(rows, device=dst_k.device) < cu_seq_lens[-1]
     for dst, src in ((dst_k.view(torch.uint8), values.view(torch.uint8)), (scale_out, scales.view(torch.uint8))):
         torch.where(kept[:, None], src.view(rows, -1), dst, out=dst)

@@ -38,7 +38,7 @@ def test_writer_3d_cache_quant_block_size_ue8m0(kv_dtype, head_dim, quant_block_
     assert np.array_equal(to_numpy(cache).reshape(-1), pool)
 
 
-def test_writer_refusals(device):
+def test_writer_and_gather_refusals(device):
     _, _, cache = vllm_cache("fp8", 64, device)
     k = torch.zeros(1, 64, dtype=torch.bfloat16, device=device)
     slots = torch.zeros(1, dtype=torch.int64, device=device)
@@ -46,6 +46,12 @@ def test_writer_refusals(device):
         vllm.indexer_k_quant_and_cache(k, cache, slots, 64, None)
     with pytest.raises(ValueError, match="quant_block_size=64"):
         vllm.indexer_k_quant_and_cache(k, cache, slots, 128, "ue8m0")
+    # an mxfp4 D = 128 gather (68 bytes per token) over pages of another token size: refused, not misread
+    dst_k, dst_scale = (torch.empty(4, n, dtype=torch.uint8, device=device) for n in (64, 4))
+    table, cu = torch.zeros(1, 2, dtype=torch.int32, device=device), torch.tensor([0, 4], dtype=torch.int32,
+                                                                                   device=device)
+    with pytest.raises(ValueError, match="kv_cache_as_quant_view"):
+        vllm.cp_gather_indexer_k_quant_cache(vllm_cache("fp8", 128, device)[2], dst_k, dst_scale, table, cu)
 
 
 @pytest.mark.parametrize("kv_dtype,head_dim", [("fp8", 64), ("mxfp4", 128)])    # both 68 bytes per token
