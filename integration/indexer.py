@@ -194,7 +194,7 @@ class SparseIndexer:
             starts = torch.zeros_like(ends)
             logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
                                             kv_values[keys], kv_scales[keys], weights[rows], starts, ends, False,
-                                            validate)
+                                            False)
             out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
             row += query_len
         return out
