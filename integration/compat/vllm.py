@@ -34,7 +34,6 @@ num_rows are left alone. k above hw.top_k_per_row's limit is a ValueError.
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -123,17 +122,6 @@ def cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_
 
 
 # ============================================================================================ top-k
-_TOPK_TAKES_OUT = "out" in inspect.signature(hw.top_k_per_row).parameters
-
-
-def _top_k_into(logits, lengths, k: int, out, starts=None) -> None:
-    """hw.top_k_per_row into the caller's int32 [rows, k] buffer."""
-    if _TOPK_TAKES_OUT:
-        hw.top_k_per_row(logits, lengths, k, starts=starts, out=out)
-    else:    # hw.top_k_per_row without out=: one copy of the [rows, k] indices
-        out.copy_(hw.top_k_per_row(logits, lengths, k, starts=starts))
-
-
 def _rows(logits, raw_topk_indices, num_rows, stride0, stride1, k):
     """(logits[:num_rows], raw_topk_indices[:num_rows]) after vLLM's row / stride / buffer arguments are checked."""
     check_tensor("logits", logits, dtypes=torch.float32, ndim=2)
@@ -159,7 +147,7 @@ def top_k_per_row_prefill(logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, 
     to raw_topk_indices[r] as j - cu_seqlen_ks[r] (-1 padded)."""
     logits, out = _rows(logits, raw_topk_indices, num_rows, stride0, stride1, topk_tokens)
     starts, ends = cu_seqlen_ks[:num_rows], cu_seqlen_ke[:num_rows]
-    _top_k_into(logits, ends, topk_tokens, out, starts=starts)
+    hw.top_k_per_row(logits, ends, topk_tokens, starts=starts, out=out)
     out.sub_(starts[:, None] * (out >= 0))
 
 
@@ -187,4 +175,4 @@ def top_k_per_row_decode(logits, next_n, seq_lens, raw_topk_indices, num_rows, s
     column indices written to raw_topk_indices[r] (-1 padded)."""
     logits, out = _rows(logits, raw_topk_indices, num_rows, stride0, stride1, topk_tokens)
     lengths = _decode_lengths(seq_lens, check_int("next_n", next_n, 1))[:num_rows]
-    _top_k_into(logits, lengths, topk_tokens, out)
+    hw.top_k_per_row(logits, lengths, topk_tokens, out=out)
