@@ -89,6 +89,7 @@ class FastTiling:
     segment: int = SEGMENT   # composites per ordering program, expected (the sort width is twice that)
     samples: int = SEGMENT_SAMPLES   # splitter samples per segment
     num_warps: int = NUM_WARPS       # of the selecting kernels
+    order_warps: int = ORDER_WARPS   # of _order_kernel
 
 
 def fast_tiling(width: int, k: int) -> FastTiling:
@@ -544,7 +545,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
                                    groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common)
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=ORDER_WARPS)
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=tiling.order_warps)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
@@ -566,7 +567,7 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap}
     order_spec = CompileSpec(
-        label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=ORDER_WARPS,
+        label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
                     "SEG_CAP": order.seg_cap}, targets=ISA_TARGETS)
     if width <= tiling.tile_w:
