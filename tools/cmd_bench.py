@@ -189,6 +189,11 @@ def prefill_step_inputs(kv_dtype: str, device: str, *, prompt, heads, head_dim, 
     return lambda: hook(q, k, weights, meta)
 
 
+def _hook_prefill_case(kv_dtype: str, *, replays, **shape):
+    call = prefill_step_inputs(kv_dtype, "cuda", **shape)
+    return {"format": kv_dtype, "time_us": _eager_time_us(call, iters=replays)}
+
+
 def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
                  **shape):
     """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
@@ -342,10 +347,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     hook_prefill = []
     for kv_dtype in (("fp8", "mxfp4") if prefill_step and topk_k else ()):
         click.echo(f"hook prefill {kv_dtype} {prefill_step} ...", err=True)
-        call = prefill_step_inputs(kv_dtype, "cuda", prompt=prefill_step, heads=heads, head_dim=head_dim,
-                                   page_size=page_size, topk_k=topk_k)
-        hook_prefill.append({"variant": f"{kv_dtype} hook prefill {prefill_step}", "format": kv_dtype,
-                             "prompt": prefill_step, "time_us": _eager_time_us(call, iters=replays)})
+        row = _hook_prefill_case(kv_dtype, replays=replays, prompt=prefill_step, heads=heads, head_dim=head_dim,
+                                 page_size=page_size, topk_k=topk_k)
+        hook_prefill.append(row | {"variant": f"{kv_dtype} hook prefill {prefill_step}", "prompt": prefill_step})
     topk = []
     widths = [w for w in (context, topk_long) if w and topk_k]
     for width, v in ((w, v) for w in widths for v in variants(Op.TOPK, target=target)):

@@ -64,7 +64,8 @@ def test_inputs_pass_the_variant_and_settings(device):
 
 def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     """The orchestration, with the GPU timings replaced by stand-ins: every decode / prefill / top-k variant of
-    the GPU target is timed, the decode step, prefill at both sizes, top-k at both widths; the JSON has them."""
+    the GPU target is timed, the decode step, prefill at both sizes, the hook's prefill, top-k at both widths;
+    the JSON has them."""
     import json
 
     from hw.targets import Op, Target
@@ -81,6 +82,7 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
         "format": kv_dtype, "time_us": 20.0, "GBps": 3000.0, "MB_moved": 60.0, "variant_arg": kw["variant"]})
     monkeypatch.setattr(cmd_bench, "_prefill_case", lambda kv_dtype, **kw: {
         "format": kv_dtype, "time_us": 200.0, "TFLOPs": 700.0, "variant_arg": kw["variant"]})
+    monkeypatch.setattr(cmd_bench, "_hook_prefill_case", lambda kv_dtype, **kw: {"format": kv_dtype, "time_us": 900.0})
     monkeypatch.setattr(cmd_bench, "_topk_case", lambda **kw: {**kw, "time_us": 40.0, "torch_topk_us": 60.0,
                                                                "vs_torch": 0.67})
     out = tmp_path / "bench.json"
@@ -92,5 +94,6 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     assert len(report["decode_step"]) == 2
     assert {r["variant_arg"] for r in report["prefill"]} >= {v.name for v in variants(Op.PREFILL, target=Target.NVIDIA)}
     assert {r["queries"] for r in report["prefill"]} == {4096, 8192}
+    assert {(r["format"], r["prompt"]) for r in report["hook_prefill"]} == {("fp8", 8192), ("mxfp4", 8192)}
     assert {(r["variant"], r["width"]) for r in report["topk"]} == \
         {(v.name, w) for v in variants(Op.TOPK, target=Target.NVIDIA) for w in (8192, 131072)}
