@@ -30,8 +30,8 @@ def report(flag_ptr, kind: tl.constexpr, row, value):
     and value. row and value are scalars, stored as int32 (value saturated to the int32 range)."""
     tl.atomic_add(flag_ptr + _COUNT, 1)
     if tl.atomic_cas(flag_ptr + _KIND, 0, kind) == 0:
-        tl.store(flag_ptr + _ROW, row.to(tl.int32))
-        v = tl.minimum(tl.maximum(value.to(tl.int64), INT32_MIN), INT32_MAX)
+        tl.store(flag_ptr + _ROW, tl.cast(row, tl.int32))
+        v = tl.minimum(tl.maximum(tl.cast(value, tl.int64), INT32_MIN), INT32_MAX)
         tl.store(flag_ptr + _VALUE, v.to(tl.int32))
 
 

@@ -159,7 +159,8 @@ class ErrorKind(enum.IntEnum):
 
     NONE = 0
     PAGE_ID = 1            # a block-table entry a row needs is outside [0, num_pages): row = sequence, value = the id
-    CONTEXT_PAST_TABLE = 2  # a decode context is longer than its block-table row covers: row = sequence, value = ctx
+    CONTEXT_PAST_TABLE = 2  # a sequence is longer than its block-table row covers: row = sequence, value = its
+                            # visible context (decode) or the position + 1 of a token past the table (gather)
     SCHEDULE = 3           # schedule_meta is not get_paged_mqa_logits_metadata(context_lens, P, num_sms) of this
                            # call: row = the persistent program whose entry differs, value = the entry's sequence
     SLOT = 4               # a writer slot at or past num_pages * P: row = the token, value = the slot (saturated to
@@ -192,10 +193,10 @@ def check_error_flag(error_flag, device) -> torch.Tensor | None:
 
 
 _KIND_TEXT = {
-    ErrorKind.PAGE_ID: "block_table: sequence {row} needs page id {value}, outside [0, num_pages) (its columns "
-                       "are NaN)",
-    ErrorKind.CONTEXT_PAST_TABLE: "context_lens: sequence {row} has context {value}, longer than its block-table "
-                                  "row covers (the columns past the table are NaN)",
+    ErrorKind.PAGE_ID: "block_table: sequence {row} needs page id {value}, outside [0, num_pages) (the page is not "
+                       "read: its logits are NaN, its gathered tokens NaN tokens)",
+    ErrorKind.CONTEXT_PAST_TABLE: "sequence {row} needs {value} tokens, more than its block-table row covers (NaN "
+                                  "past the table)",
     ErrorKind.SCHEDULE: "schedule_meta: entry {row} (sequence {value}) is not get_paged_mqa_logits_metadata of "
                         "these context_lens and page size (ignored: the kernel derived its own split)",
     ErrorKind.SLOT: "slot_mapping: token {row} has slot {value}, at or past num_pages * P (not written)",
