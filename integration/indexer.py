@@ -18,6 +18,9 @@ Per call: K is quantized and written into this layer's cache view (hw.indexer_k_
     decode:  hw.fp8_fp4_paged_mqa_logits reads the pages directly with the step's shared DecodeSchedule,
              clean_logits=False and the output width fixed at the model's max_context_len; top-k masks by the
              schedule's row lengths. Every tensor has a fixed shape, so the call can be captured in a CUDA graph.
+
+Every kernel call reports out-of-range integers (page ids, slots, contexts past the table) to the hook's error flag
+without a sync (hw.checks.ErrorKind); check_errors() raises on them where the caller syncs anyway.
 """
 from __future__ import annotations
 
@@ -27,11 +30,12 @@ from dataclasses import dataclass
 import torch
 
 import hw
-from hw.checks import check_flag, check_tensor, validate_requested
+from hw.checks import check_error_flag, check_flag, check_tensor, new_error_flag, raise_if_flagged, validate_requested
 from hw.layout import check_cache_view, check_scorer_head_dim
 from hw.topk import MAX_K
 
 from .gates import GateDecision
+from .pool import PoolLayout
 from .schedule import DecodeSchedule
 
 
@@ -84,16 +88,22 @@ class SparseIndexer:
     kv_cache:        this layer's view, uint8[num_pages, P, 1, bytes_per_token] (integration.pool)
     top_k:           indices returned per token, 1..2048 (hw.top_k_per_row's limit)
     max_context_len: width of the decode logits (the model's maximum context)
-    validate:        True (or MXIDX_VALIDATE=1) also checks what the hot path trusts, with device syncs (not
+    validate:        True (or MXIDX_VALIDATE=1) also checks what the hot path bounds, with device syncs (not
                      during CUDA-graph capture): every slot_mapping entry is negative or a slot of kv_cache, and
                      the block-table pages the gather and the scorer read are pages of kv_cache.
+    pool_layout:     the PoolLayout kv_cache was carved from (IndexerPool.layout). A cache's bytes do not say its
+                     format (68 bytes a token is both FP8 D = 64 and MXFP4 D = 128); given, the hook refuses a
+                     decision of another format or layout, and calls whose head dim is not the pool's.
+    error_flag:      the int32 [4] error flag the kernels report to (hw.checks.new_error_flag; IndexerPool.error_flag
+                     shares one among the layers); None: the hook makes its own. check_errors() reads it.
 
     Every call checks dtypes, shapes and devices on the host (no sync) and raises ValueError naming the argument
     before it writes the cache.
     """
 
     def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
-                 validate: bool = False):
+                 validate: bool = False, pool_layout: PoolLayout | None = None,
+                 error_flag: torch.Tensor | None = None):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k must be an int in 1..{MAX_K}, got {top_k!r}")
         if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 1:
@@ -106,6 +116,21 @@ class SparseIndexer:
         self.top_k = top_k
         self.max_context_len = max_context_len
         self.validate = check_flag("validate", validate)
+        if pool_layout is not None:
+            if not isinstance(pool_layout, PoolLayout):
+                raise ValueError(f"pool_layout must be an integration.pool.PoolLayout, got "
+                                 f"{type(pool_layout).__name__}")
+            if (pool_layout.kv_dtype, pool_layout.layout) != (self.kv_dtype, self.layout):
+                raise ValueError(f"the pool holds {pool_layout.kv_dtype} pages ({pool_layout.layout}) but the decision "
+                                 f"runs {self.kv_dtype} ({self.layout}): build the pool from the decision")
+        self.pool_layout = pool_layout
+        self.error_flag = (new_error_flag(kv_cache.device) if error_flag is None
+                           else check_error_flag(error_flag, kv_cache.device))
+
+    def check_errors(self) -> None:
+        """Raise ValueError naming the first out-of-range input a kernel of this hook (or of the layers sharing its
+        flag) met since the flag was last cleared; a device sync (hw.checks.raise_if_flagged)."""
+        raise_if_flagged(self.error_flag)
 
     @property
     def page_size(self) -> int:
@@ -124,6 +149,9 @@ class SparseIndexer:
         check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads), device=device)
         # the scorers' geometry rules too, so that a call they would refuse never writes the cache first
         check_scorer_head_dim("q", head_dim, self.layout)
+        if self.pool_layout is not None and head_dim != self.pool_layout.head_dim:
+            raise ValueError(f"q has head dim {head_dim}, but the pool holds {self.kv_dtype} pages of head dim "
+                             f"{self.pool_layout.head_dim}")
         check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         if isinstance(metadata, PrefillMetadata):
@@ -139,7 +167,8 @@ class SparseIndexer:
         validate = validate_requested(self.validate)
         # everything is checked before the cache is touched (the writer's validate mode checks the slots first)
         hw.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, kv_dtype=self.kv_dtype,
-                                     layout=self.layout, scale_rule=self.scale_rule, validate=validate)
+                                     layout=self.layout, scale_rule=self.scale_rule, validate=validate,
+                                     error_flag=self.error_flag)
         q_pair, weights = self._quantize_q(q, weights)
         if isinstance(metadata, PrefillMetadata):
             return self._prefill(q_pair, weights, metadata, validate)
@@ -178,7 +207,7 @@ class SparseIndexer:
         cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
         kv_values, kv_scales = hw.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
                                                                   layout=self.layout, num_tokens=first_key[-1],
-                                                                  validate=validate)
+                                                                  validate=validate, error_flag=self.error_flag)
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
@@ -191,7 +220,8 @@ class SparseIndexer:
             starts = torch.zeros_like(ends)
             logits = hw.fp8_fp4_mqa_logits(
                 (q_values[rows], None if q_scales is None else q_scales[rows]),
-                (kv_values[keys], kv_scales[keys]), weights[rows], starts, ends, clean_logits=False)
+                (kv_values[keys], kv_scales[keys]), weights[rows], starts, ends, clean_logits=False,
+                error_flag=self.error_flag)
             out[rows] = hw.top_k_per_row(logits, ends, self.top_k)
             row += query_len
         return out
@@ -204,5 +234,5 @@ class SparseIndexer:
                 None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
         logits = hw.fp8_fp4_paged_mqa_logits(q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
                                              sched.schedule_meta, self.max_context_len, clean_logits=False,
-                                             layout=self.layout, validate=validate)
+                                             layout=self.layout, validate=validate, error_flag=self.error_flag)
         return hw.top_k_per_row(logits, sched.row_lengths, self.top_k)
