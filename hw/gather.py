@@ -128,10 +128,10 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
         scales = torch.empty(num_tokens, head_dim // MX_BLOCK, dtype=torch.uint8, device=device)
         out = (values, scales)
         extra = {"TILED": view.layout == "mxfp4_tiled"}
-    if num_tokens:
+    if num_tokens or error_flag is not None:     # (with a flag, one program checks cu_seq_lens even for no rows)
         # the CPU interpreter pays per operation, not per row: many more rows per program there
         block_t = INTERPRETER_BLOCK_T if kernels_interpreted(kernel) else BLOCK_T
-        kernel[(triton.cdiv(num_tokens, block_t),)](
+        kernel[(max(1, triton.cdiv(num_tokens, block_t)),)](
             kv_cache, block_table, cu_seq_lens, *out, cu_seq_lens if error_flag is None else error_flag, num_tokens,
             batch, block_table.shape[1], view.num_pages, view.page_stride, *block_table.stride(), D=head_dim,
             D_PAD=triton.next_power_of_2(head_dim), P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B,

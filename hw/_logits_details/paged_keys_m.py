@@ -409,7 +409,8 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
     [KEYS] bad_id). Block-table entries at or past num_pages (the visible span) or max_pages (the table's width)
     are not read; a page is ok when its entry was read and lies in [0, num_cache_pages). The offset of a page that
     is not ok is page 0's (never loaded: the caller masks its keys), and bad_id is its entry where one was read
-    and is out of range, else 0. One compare per page (TILE_PAGES == 1: scalars broadcast to the tile)."""
+    and is out of range, else 0 (an id 0 is out of range only in a cache of no pages, where _report_pages finds
+    every page bad anyway). One compare per page (TILE_PAGES == 1: scalars broadcast to the tile)."""
     if TILE_PAGES == 1:
         in_table = first < max_pages
         page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0)
@@ -563,7 +564,7 @@ def paged_keys_m_kernel(
                                                         page_stride, t_page, TILE_PAGES)
                 k_ok = (tok < vis_max) & page_ok
                 if HAS_FLAG:
-                    met = tl.where(page_ok, met, bad_id)
+                    met = tl.where(bad_id != 0, bad_id, met)
                 k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
@@ -582,7 +583,7 @@ def paged_keys_m_kernel(
                                                         page_stride, t_page, TILE_PAGES)
                 k_ok = (tok < vis_max) & page_ok
                 if HAS_FLAG:
-                    met = tl.where(page_ok, met, bad_id)
+                    met = tl.where(bad_id != 0, bad_id, met)
                 kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
                              mask=k_ok[:, None], other=0)                                     # [KEYS, D/2]
                 ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
@@ -618,7 +619,7 @@ def paged_keys_m_kernel(
                                                         page_stride, t_page, TILE_PAGES)
                 k_ok = (tok < vis_max) & page_ok
                 if HAS_FLAG:
-                    met = tl.where(page_ok, met, bad_id)
+                    met = tl.where(bad_id != 0, bad_id, met)
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
@@ -653,7 +654,7 @@ def paged_keys_m_kernel(
                         page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages,
                                                                 num_cache_pages, page_stride, t_page, TILE_PAGES)
                         if HAS_FLAG:        # (the fold loop did not run for a wide query)
-                            met = tl.where(page_ok, met, bad_id)
+                            met = tl.where(bad_id != 0, bad_id, met)
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in, (tok < vis_max) & page_ok, P, D, TILED)
                         s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
                         tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
