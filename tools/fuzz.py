@@ -281,10 +281,9 @@ def _gather_expected(case: FuzzCase, pool: np.ndarray, cu: np.ndarray, num_token
 def _gather(case: FuzzCase, pool: np.ndarray, rng: np.random.Generator, device, failures: list):
     """The gather of the stored sequences (hostile: cu_seq_lens decreasing or num_tokens short); returns the
     gathered K (values, scales) numpy for the prefill check."""
-    lengths = np.array(case.stored, np.int64)
-    kinds = _table_kinds(case, lengths)
-    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    cu = np.concatenate([[0], np.cumsum(case.stored)]).astype(np.int32)
     num_tokens = int(cu[-1])
+    kinds = set()
     if case.hostile == "cu_seq_lens" and len(cu) > 2 and rng.integers(0, 2):
         cu[1:-1] = cu[1:-1][::-1] + cu[-1]        # decreasing, past the total: rows at other sequences' positions
         if (np.diff(cu) < 0).any():
@@ -292,6 +291,7 @@ def _gather(case: FuzzCase, pool: np.ndarray, rng: np.random.Generator, device, 
     elif case.hostile == "cu_seq_lens" and num_tokens:
         num_tokens -= int(rng.integers(1, num_tokens + 1))
         kinds.add(ErrorKind.CU_SEQ_LENS)
+    kinds |= _table_kinds(case, np.maximum(np.diff(cu), 0))
     flag = new_error_flag(device)
     values_t, scales_t = hw.cp_gather_indexer_k_quant_cache(
         torch_cache_view(host_to_device(pool, device), case.geom), host_to_device(case.table, device),
