@@ -148,10 +148,11 @@ def paged_logits_kernel(
     while (r < r_end) | ((r == r_end) & (c < c_end)):
         b = r.to(tl.int64)
         length, visible = _sequence_lengths(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
-        num_chunks = tl.cdiv(length, P)
+        num_chunks = ((length.to(tl.int64) + (P - 1)) // P).to(tl.int32)     # no int32 overflow near 2^31
         vis_max = tl.max(visible)
         stop = tl.where(r == r_end, tl.minimum(c_end, num_chunks), num_chunks)   # this run's items of row r
-        stop_read = tl.minimum(stop, tl.cdiv(vis_max, P))                         # ... that hold visible tokens
+        # ... that hold visible tokens (a cdiv without the int32 overflow of vis_max + P - 1)
+        stop_read = tl.minimum(stop, vis_max // P + (vis_max % P != 0).to(tl.int32))
         if c < stop_read:
             page = c + t_page
             tok = c * P + t
@@ -185,7 +186,10 @@ def paged_logits_kernel(
             logits = tl.where(page_ok[None, :], weighted_head_sum(scores, w, m_ok, N_PAD, H_PAD), float("nan"))
             out = out_ptr + (b * N + n)[:, None] * stride_out_r + tok[None, :]
             tl.store(out, logits, mask=(page < stop_read)[None, :] & (tok[None, :] < visible[:, None]))
-        c = c + PAGES_PER_STEP        # past stop: the next row, or past this run's end
+        c = c + PAGES_PER_STEP
+        # no visible token left in this run's items of the row (a context past max_context_len leaves items
+        # without one): jump to stop, the row's end (next row) or this run's end (the loop ends)
+        c = tl.where(c >= stop_read, tl.maximum(c, stop), c)
         next_row = c >= num_chunks
         r = tl.where(next_row, r + 1, r)
         c = tl.where(next_row, 0, c)

@@ -533,7 +533,7 @@ def paged_keys_m_kernel(
     n = tl.arange(0, N_PAD)
     visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
     vis_max = tl.max(visible)
-    num_pages = tl.cdiv(vis_max, P)
+    num_pages = vis_max // P + (vis_max % P != 0).to(tl.int32)     # cdiv, without vis_max + P - 1's overflow
     first = chunk * (TILES * TILE_PAGES)
     if first < num_pages:
         KEYS: tl.constexpr = TILE_PAGES * P

@@ -216,3 +216,16 @@ def test_error_flag_api(device):
     for bad in (torch.zeros(4, dtype=torch.int64, device=device), torch.zeros(3, dtype=torch.int32, device=device)):
         with pytest.raises(ValueError, match="error_flag"):
             _decode(kv, q_t, w, (5,), kv.block_table, device, None, 8, flag=bad)
+
+
+def test_decode_context_near_int32_max(device):
+    """context_lens 2^31 - 1 (a garbage length): no int32 overflow in the page counts (it made the persistent
+    kernel skip the row), only max_context_len columns are scored, the ones past the table are NaN and flagged."""
+    kv, q_t, _, w = _decode_setup("fp8", (20, 5), device)
+    contexts = (2 ** 31 - 1, 5)
+    table = kv.block_table[:, :2]
+    for variant in _decode_variants("fp8", device):
+        flag = new_error_flag(device)
+        out = _decode(kv, q_t, w, contexts, table, device, variant, 40, flag=flag)
+        assert np.isfinite(out[0, :20]).all() and np.isnan(out[0, 32:]).all(), variant
+        assert _flag(flag)[1:] == (ErrorKind.CONTEXT_PAST_TABLE, 0, 40), variant
