@@ -179,11 +179,11 @@ def paged_logits_kernel(
             else:
                 scale_ptr = (cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))\
                     .to(tl.pointer_type(tl.float32))
-                k_scale = tl.load(scale_ptr, mask=k_ok, other=1.0)
+                k_scale = tl.load(scale_ptr, mask=k_ok, other=float("nan"))      # a bad page's keys: NaN
                 scores = fp8_tile(q_v_ptr, b * stride_qv_b + m_n * stride_qv_n + m_head * stride_qv_h, m_ok,
                                   cache_ptr, page_off + fp8_value_token_offset(t_in, D), k_ok, k_scale, D, PROMOTE_K)
             w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_head, mask=m_ok, other=0.0)
-            logits = tl.where(page_ok[None, :], weighted_head_sum(scores, w, m_ok, N_PAD, H_PAD), float("nan"))
+            logits = weighted_head_sum(scores, w, m_ok, N_PAD, H_PAD)       # keys of a bad page: NaN (masked)
             out = out_ptr + (b * N + n)[:, None] * stride_out_r + tok[None, :]
             tl.store(out, logits, mask=(page < stop_read)[None, :] & (tok[None, :] < visible[:, None]))
         c = c + PAGES_PER_STEP

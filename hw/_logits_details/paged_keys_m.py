@@ -405,22 +405,21 @@ def _head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
 @triton.jit
 def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_stride, t_page,
                 TILE_PAGES: tl.constexpr):
-    """A tile's pages: (int64 [KEYS] page byte offsets page_id.to(int64) * page_stride, bool [KEYS] page_ok, int32
-    [KEYS] bad_id). Block-table entries at or past num_pages (the visible span) or max_pages (the table's width)
-    are not read; a page is ok when its entry was read and lies in [0, num_cache_pages). The offset of a page that
-    is not ok is page 0's (never loaded: the caller masks its keys), and bad_id is its entry where one was read
-    and is out of range, else 0 (an id 0 is out of range only in a cache of no pages, where _report_pages finds
-    every page bad anyway). One compare per page (TILE_PAGES == 1: scalars broadcast to the tile)."""
+    """A tile's pages: (int64 [KEYS] page byte offsets page_id.to(int64) * page_stride, page_ok, bad_id; the last two
+    scalars when TILE_PAGES == 1, else bool / int32 [KEYS]). Block-table entries at or past num_pages (the visible
+    span) or max_pages (the table's width) are not read; a page is ok when its entry was read and lies in
+    [0, num_cache_pages). The offset of a page that is not ok is page 0's (the fold loop masks its keys; the exact
+    pass reads page 0 and drops the result), and bad_id is its entry where one was read and is out of range, else 0
+    (an id 0 is out of range only in a cache of no pages, where _report_pages finds every page bad anyway). One
+    compare per page, not per key, when TILE_PAGES == 1. Callers mask a tile's keys with
+    tok < where(page_ok, limit, 0)."""
     if TILE_PAGES == 1:
         in_table = first < max_pages
         page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0)
         id_ok = (page_id >= 0) & (page_id < num_cache_pages)
         ok = in_table & id_ok
         page_off = tl.where(ok, page_id, 0).to(tl.int64) * page_stride
-        zeros = tl.zeros_like(t_page)
-        # (zeros == where(ok, 0, 1), not (zeros == 0) & ok: the interpreter's loads reject the latter as a mask)
-        return (zeros.to(tl.int64) + page_off, zeros == tl.where(ok, 0, 1),
-                zeros + tl.where(in_table & ~id_ok, page_id, 0))
+        return tl.zeros_like(t_page).to(tl.int64) + page_off, ok, tl.where(in_table & ~id_ok, page_id, 0)
     else:
         page = first + t_page
         in_table = (page < num_pages) & (page < max_pages)
@@ -562,7 +561,7 @@ def paged_keys_m_kernel(
                 tok = page_first * P + t
                 page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
                                                         page_stride, t_page, TILE_PAGES)
-                k_ok = (tok < vis_max) & page_ok
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
                 if HAS_FLAG:
                     met = tl.where(bad_id != 0, bad_id, met)
                 k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
@@ -581,7 +580,7 @@ def paged_keys_m_kernel(
                 tok = page_first * P + t
                 page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
                                                         page_stride, t_page, TILE_PAGES)
-                k_ok = (tok < vis_max) & page_ok
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
                 if HAS_FLAG:
                     met = tl.where(bad_id != 0, bad_id, met)
                 kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
@@ -617,7 +616,7 @@ def paged_keys_m_kernel(
                 tok = page_first * P + t
                 page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
                                                         page_stride, t_page, TILE_PAGES)
-                k_ok = (tok < vis_max) & page_ok
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
                 if HAS_FLAG:
                     met = tl.where(bad_id != 0, bad_id, met)
                 if SPLIT:
@@ -655,10 +654,14 @@ def paged_keys_m_kernel(
                                                                 num_cache_pages, page_stride, t_page, TILE_PAGES)
                         if HAS_FLAG:        # (the fold loop did not run for a wide query)
                             met = tl.where(bad_id != 0, bad_id, met)
-                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in, (tok < vis_max) & page_ok, P, D, TILED)
+                        # a bad page's keys keep the fold loop's NaN: not stored here (their page_off is page
+                        # 0's, a read inside the view whose result is dropped; no read at all without pages)
+                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in,
+                                               tok < tl.where(num_cache_pages > 0, vis_max, 0), P, D, TILED)
                         s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
+                        stored = tok < tl.where(page_ok, vis_max, 0)
                         tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
-                                 mask=tok[:, None] < visible[None, :])
+                                 mask=stored[:, None] & (tok[:, None] < visible[None, :]))
         if HAS_FLAG:
             _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 

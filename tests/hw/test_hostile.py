@@ -229,3 +229,30 @@ def test_decode_context_near_int32_max(device):
         out = _decode(kv, q_t, w, contexts, table, device, variant, 40, flag=flag)
         assert np.isfinite(out[0, :20]).all() and np.isnan(out[0, 32:]).all(), variant
         assert _flag(flag)[1:] == (ErrorKind.CONTEXT_PAST_TABLE, 0, 40), variant
+
+
+def test_decode_bad_page_in_a_tile_with_a_wide_key(device):
+    """The keys-on-M MXFP4 fold redoes a tile holding a key whose block scales span more than 11 binades in an
+    exact pass; a bad page of the same tile (P = 16: four pages a tile) must keep its NaN there."""
+    from sim import layout as sim_layout
+    from sim.testing import make_geometry, random_values, sim_quantize
+
+    rng = np.random.default_rng(4)
+    geom = make_geometry("mxfp4", None, P, D, 5)
+    pool = sim_layout.new_pool(geom)
+    values, scales = sim_quantize("mxfp4", random_values(rng, (40, D)))
+    scales[3, 1 - scales[3].argmax()] = scales[3].max() - 14    # key 3 (page 0): 14 binades between its blocks
+    table = np.array([[0, 4, 1 << 30]], np.int32)          # tokens 32..39: no page (page 0 holds real keys)
+    t = np.arange(40)
+    sim_layout.write_tokens(pool, geom, np.where(t < 32, table[0, np.minimum(t // P, 1)] * P + t % P, -1), values,
+                            scales)
+    q_v, q_s, q64, w = quantized_queries(rng, "mxfp4", (1, 1, H, D), rng.standard_normal((1, 1, H)))
+    q_t = pair_as_torch("mxfp4", q_v, q_s, device)
+    kv = type("KV", (), {"pool": pool, "geom": geom})
+    for variant in _decode_variants("mxfp4", device):
+        flag = new_error_flag(device)
+        out = _decode(kv, q_t, w.reshape(1, H), (40,), table, device, variant, 48, flag=flag)
+        ref, bound = _reference(kv, q64, w.reshape(1, H), (40,), table, 48, "mxfp4", device, variant)
+        assert np.isnan(ref[0, 32:40]).all() and np.isfinite(ref[0, :32]).all()
+        sim_scorer.assert_logits_within_bound(out, ref, bound)
+        assert _flag(flag)[1:] == (ErrorKind.PAGE_ID, 0, 1 << 30), variant
