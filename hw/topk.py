@@ -14,7 +14,7 @@ MAX_WIDTH = 2 ** 31 - 1   # column indices are int32
 
 
 def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
-                  starts: torch.Tensor | None = None, variant: str | None = None,
+                  starts: torch.Tensor | None = None, out: torch.Tensor | None = None, variant: str | None = None,
                   launch_settings: dict | None = None) -> torch.Tensor:
     """Indices of the k largest visible logits of every row.
 
@@ -23,6 +23,7 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     k        Python int, 1 <= k <= MAX_K (2048); k > W is allowed (the tail is padding).
     starts   optional int32 [rows], contiguous (ragged prefill): row r then sees max(starts[r], 0) <= j <
              min(lengths[r], W), i.e. `lengths` are the absolute end columns.
+    out      optional int32 [rows, k], contiguous, on logits' device: filled and returned instead of a new tensor.
     Returns  int32 [rows, k], contiguous: absolute column indices ordered by (value desc, index asc) with
              +inf > finite > -inf > NaN (-0.0 == +0.0; all NaNs equal); a row with fewer than k visible
              columns is padded with -1. Invisible columns are never read.
@@ -47,11 +48,15 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     if width > 1 and logits.stride(1) != 1:
         raise ValueError(f"logits must have unit column stride (stride(1) == 1), got strides {logits.stride()}; "
                          f"call .contiguous()")
+    if out is not None:
+        check_tensor("out", out, dtypes=torch.int32, shape=(rows, k), contiguous=True)
+        check_same_device(logits=logits, out=out)
     check_kernel_device("logits", device, top_k_per_row_kernel)
 
     target = target_of(device, top_k_per_row_kernel)
     chosen = select(Op.TOPK, target, name=variant)
-    out = torch.empty((rows, k), dtype=torch.int32, device=device)
+    if out is None:
+        out = torch.empty((rows, k), dtype=torch.int32, device=device)
     if rows == 0:
         return out
     if width == 0:

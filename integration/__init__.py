@@ -7,6 +7,8 @@
     pool       PoolLayout, IndexerPool: one uint8 pool for every layer, zero-copy per-layer cache views
     schedule   DecodeSchedule: per-step decode metadata in fixed buffers, shared by all layers (graph-stable)
     indexer    SparseIndexer (the hook), PrefillMetadata, DecodeMetadata
+    ops        the hook's launchers as torch custom ops (namespace mxidx), so torch.compile traces the hook
+    compat     DeepGEMM's and vLLM's calling conventions over hw (compat.deep_gemm, compat.vllm)
     model      IndexerModel: a DeepSeek-style indexer and small multi-layer model; the bf16 reference
     demo       run_demo(): the job behind `mxidx demo`
 

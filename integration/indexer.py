@@ -19,6 +19,9 @@ Per call: K is quantized and written into this layer's cache view (hw.indexer_k_
              clean_logits=False and the output width fixed at the model's max_context_len; top-k masks by the
              schedule's row lengths. Every tensor has a fixed shape, so the call can be captured in a CUDA graph.
 
+The launchers are called through their torch custom ops (integration.ops), so torch.compile(fullgraph=True) traces a
+call without graph breaks.
+
 Every kernel call reports out-of-range integers (page ids, slots, contexts past the table) to the hook's error flag
 without a sync (hw.checks.ErrorKind); check_errors() raises on them where the caller syncs anyway.
 """
@@ -29,11 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
-import hw
 from hw.checks import check_error_flag, check_flag, check_tensor, new_error_flag, raise_if_flagged, validate_requested
 from hw.layout import check_cache_view, check_scorer_head_dim
 from hw.topk import MAX_K
 
+from . import ops
 from .gates import GateDecision
 from .pool import PoolLayout
 from .schedule import DecodeSchedule
@@ -152,7 +155,8 @@ class SparseIndexer:
         if self.pool_layout is not None and head_dim != self.pool_layout.head_dim:
             raise ValueError(f"q has head dim {head_dim}, but the pool holds {self.kv_dtype} pages of head dim "
                              f"{self.pool_layout.head_dim}")
-        check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
+        if not torch.compiler.is_compiling():   # compiled, the writer op runs this check before it writes
+            check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         if isinstance(metadata, PrefillMetadata):
             self._check_prefill(metadata)
@@ -166,9 +170,8 @@ class SparseIndexer:
             raise ValueError(f"q has {num_tokens} tokens, but {what} {expected}")
         validate = validate_requested(self.validate)
         # everything is checked before the cache is touched (the writer's validate mode checks the slots first)
-        hw.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, kv_dtype=self.kv_dtype,
-                                     layout=self.layout, scale_rule=self.scale_rule, validate=validate,
-                                     error_flag=self.error_flag)
+        ops.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, self.kv_dtype, self.layout,
+                                      self.scale_rule, validate, self.error_flag)
         q_pair, weights = self._quantize_q(q, weights)
         if isinstance(metadata, PrefillMetadata):
             return self._prefill(q_pair, weights, metadata, validate)
@@ -196,18 +199,18 @@ class SparseIndexer:
     def _quantize_q(self, q: torch.Tensor, weights: torch.Tensor):
         """-> ((values, scales|None), weights): FP8 folds q's scale into the weights, MXFP4 keeps them."""
         if self.kv_dtype == "fp8":
-            values, folded = hw.quantize_q_fp8(q, weights)
+            values, folded = ops.quantize_q_fp8(q, weights)
             return (values, None), folded
-        return hw.quantize_q_mxfp4(q, scale_rule=self.scale_rule), weights
+        return ops.quantize_q_mxfp4(q, self.scale_rule), weights
 
     def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
         device = weights.device
         out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=device)
         first_key = (0, *itertools.accumulate(meta.seq_lens))   # request b's keys: first_key[b] .. first_key[b+1]
         cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
-        kv_values, kv_scales = hw.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
-                                                                  layout=self.layout, num_tokens=first_key[-1],
-                                                                  validate=validate, error_flag=self.error_flag)
+        kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
+                                                                   self.layout, first_key[-1], validate,
+                                                                   self.error_flag)
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
@@ -218,11 +221,10 @@ class SparseIndexer:
             # query i of the chunk sits at position seq_len - query_len + i and sees keys 0 .. position
             ends = torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32, device=device)
             starts = torch.zeros_like(ends)
-            logits = hw.fp8_fp4_mqa_logits(
-                (q_values[rows], None if q_scales is None else q_scales[rows]),
-                (kv_values[keys], kv_scales[keys]), weights[rows], starts, ends, clean_logits=False,
-                error_flag=self.error_flag)
-            out[rows] = hw.top_k_per_row(logits, ends, self.top_k)
+            logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
+                                            kv_values[keys], kv_scales[keys], weights[rows], starts, ends, False,
+                                            False, self.error_flag)
+            out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
             row += query_len
         return out
 
@@ -232,7 +234,7 @@ class SparseIndexer:
         q_values, q_scales = q_pair
         q_4d = (q_values.view(batch, next_n, *q_values.shape[1:]),
                 None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
-        logits = hw.fp8_fp4_paged_mqa_logits(q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
-                                             sched.schedule_meta, self.max_context_len, clean_logits=False,
-                                             layout=self.layout, validate=validate, error_flag=self.error_flag)
-        return hw.top_k_per_row(logits, sched.row_lengths, self.top_k)
+        logits = ops.fp8_fp4_paged_mqa_logits(*q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
+                                              sched.schedule_meta, self.max_context_len, False, self.layout,
+                                              validate, self.error_flag)
+        return ops.top_k_per_row(logits, sched.row_lengths, self.top_k, None)

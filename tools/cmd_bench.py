@@ -162,6 +162,33 @@ def decode_step(call, *, batch, next_n, context, topk_k, **_):
     return lambda: hw.top_k_per_row(call(), lengths, topk_k)
 
 
+def prefill_step_inputs(kv_dtype: str, device: str, *, prompt, heads, head_dim, page_size, topk_k, seed: int = 0):
+    """The hook's prefill of one `prompt`-token request (integration.indexer.SparseIndexer, as a model calls it):
+    K quantized and written to a paged cache on shuffled pages, q quantized, K gathered back, the causal prefill
+    scorer, the top-k of every row. Returns call() (eager: the prefill path takes host lengths)."""
+    import torch
+
+    from integration.config import IndexerConfig
+    from integration.gates import GateDecision
+    from integration.indexer import PrefillMetadata, SparseIndexer
+    from integration.pool import IndexerPool, PoolLayout
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    pages = -(-prompt // page_size)
+    pool = IndexerPool(PoolLayout(kv_dtype, None, 1, pages, page_size, head_dim), device)
+    config = IndexerConfig(kv_dtype)
+    hook = SparseIndexer(GateDecision(config, config, None, "bench"), pool.view(0), top_k=topk_k,
+                         max_context_len=prompt)
+    block_table = torch.randperm(pages, device=device, generator=gen).to(torch.int32)[None, :]
+    slots = (block_table[0].to(torch.int64)[:, None] * page_size
+             + torch.arange(page_size, device=device)).reshape(-1)[:prompt]
+    meta = PrefillMetadata(slots, block_table, (prompt,), (prompt,))
+    q = torch.randn(prompt, heads, head_dim, device=device, generator=gen).to(torch.bfloat16)
+    k = torch.randn(prompt, head_dim, device=device, generator=gen).to(torch.bfloat16)
+    weights = torch.randn(prompt, heads, device=device, generator=gen)
+    return lambda: hook(q, k, weights, meta)
+
+
 def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
                  **shape):
     """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
@@ -251,11 +278,14 @@ def _table(rows, columns):
 @click.option("--topk-k", default=2048, show_default=True, help="Top-k over the decode rows' width; 0 skips.")
 @click.option("--topk-long", default=131072, show_default=True,
               help="Top-k: also rows this wide (decode batch rows); 0 skips.")
+@click.option("--prefill-step", default=8192, show_default=True,
+              help="The hook's whole prefill (writer, q quantizer, gather, causal scorer, top-k) of a prompt this "
+                   "long; 0 skips.")
 @click.option("--inner", default=20, show_default=True, help="Kernel calls per CUDA-graph replay.")
 @click.option("--replays", default=30, show_default=True, help="Timed graph replays per measurement (median).")
 @click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the results as JSON here.")
 def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, prefill_large, topk_k, topk_long,
-          inner, replays, json_out):
+          prefill_step, inner, replays, json_out):
     """Time the kernels on a CUDA GPU (needs one; on a CPU, `mxidx diff --quick` checks the kernels instead):
     every decode, prefill and top-k variant of hw.variants that runs there (MXFP4 also on the tiled pages, prefill
     also causal), against the copy bandwidth and the bf16 matmul rate measured in the same run."""
@@ -309,6 +339,13 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
         row = _decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
                            **shape)
         step.append(row | {"variant": f"{kv_dtype} scorer + top-k {topk_k}"})
+    hook_prefill = []
+    for kv_dtype in (("fp8", "mxfp4") if prefill_step and topk_k else ()):
+        click.echo(f"hook prefill {kv_dtype} {prefill_step} ...", err=True)
+        call = prefill_step_inputs(kv_dtype, "cuda", prompt=prefill_step, heads=heads, head_dim=head_dim,
+                                   page_size=page_size, topk_k=topk_k)
+        hook_prefill.append({"variant": f"{kv_dtype} hook prefill {prefill_step}", "format": kv_dtype,
+                             "prompt": prefill_step, "time_us": _eager_time_us(call, iters=replays)})
     topk = []
     widths = [w for w in (context, topk_long) if w and topk_k]
     for width, v in ((w, v) for w in widths for v in variants(Op.TOPK, target=target)):
@@ -325,6 +362,10 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     if step:
         click.echo(f"decode step (default scorer + default top-k, k = {topk_k}), as the hook runs it:")
         click.echo(_table(step, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
+    if hook_prefill:
+        click.echo(f"the hook's prefill of one prompt (K write, q quantize, gather, causal scorer, top-k {topk_k}; "
+                   f"eager, mean of {replays} calls):")
+        click.echo(_table(hook_prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
     if prefill:
         click.echo(f"prefill, queries = keys, H{heads}/D{head_dim}:")
         click.echo(_table(prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
@@ -337,5 +378,6 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "decode_step": step,
-                       "prefill": prefill, "topk": topk, "versions": {"torch": torch.__version__,
-                                                  "triton": __import__("triton").__version__}}, f, indent=2)
+                       "prefill": prefill, "hook_prefill": hook_prefill, "topk": topk,
+                       "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__}},
+                      f, indent=2)

@@ -19,22 +19,31 @@ which is the (value desc, index asc) rule: no tied key at the threshold is dropp
 Rounds on many keys are cheap per key but each ends in a block-wide reduction, so the interval is first narrowed
 on the whole row only until at most CAP keys are inside it; those *candidates* (column, key) are compacted in
 column order into a per-row scratch and the narrowing finishes on a CAP-wide register tile, several probes per
-round. The k_eff selected columns are compacted into the output row, read back with their keys, ordered by one
-tl.sort of the 64-bit composites (signed key << 32 | (2^31 - 1 - column)), and the tail is padded with -1.
+round. The k_eff selected columns are compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 - column):
+descending composite order is the (value desc, column asc) rule), into a per-row scratch.
+
+Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
+and barriers (26 of the 43 us of 64 x 8192 at k = 2048 on the H200, docs/perf/h200-topk-phases.json), while the
+sort of a few hundred is short. So the selecting program sorts a sample (every STRIDE-th selected composite),
+takes splitters from it and scatters the selection into SEGMENTS ranges of the composite order (`_partition`);
+then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and stores it at its rank offset, the
+sizes of the ranges above it. Composites are distinct, so the ranges and offsets are exact whatever the sample;
+a sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
 
 Two paths, picked from the width alone (the grid depends only on shapes):
 
   W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
                and the compaction run on chip. Global traffic: one read of the visible row, candidates written
-               and read back once (<= CAP), k selected columns written, read back and their logits gathered.
-  W >  tile_w  two kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every GROUP consecutive
-               columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups). `_topk_long_kernel`
-               (one program per row) narrows on the G maxima to a bound tau: when >= k_eff group maxima are
-               >= tau, at least k_eff keys are, so T >= tau. One streaming pass then compacts the keys >= tau
-               (typically little more than k_eff) as candidates and the register tile finishes. If more than
-               CAP keys are >= tau (structured rows, massive ties) the program narrows by streaming rounds over
-               the row before compacting: slower, same result. Global traffic: one full read for the maxima,
-               one read of the visible row (mostly from L2) for the candidates, then as above.
+               and read back once (<= CAP), k selected composites written and read back twice.
+  W >  tile_w  two selecting kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every
+               GROUP consecutive columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups).
+               `_topk_long_kernel` (one program per row) narrows on the G maxima to a bound tau: when >= k_eff
+               group maxima are >= tau, at least k_eff keys are, so T >= tau. One pass then compacts the keys
+               >= tau (typically little more than k_eff) as candidates, reading only the groups whose maximum is
+               >= tau, and the register tile finishes. If more than CAP keys are >= tau (structured rows, massive
+               ties) the program narrows by streaming rounds over the row before compacting: slower, same result.
+               Global traffic: one full read for the maxima, one read of the qualifying groups (mostly from L2)
+               for the candidates, then as above.
 """
 from __future__ import annotations
 
@@ -50,17 +59,22 @@ from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 
 FAST_MAX_K = 4096        # the sort of the selected K_PAD composites lives in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
-NUM_WARPS = 8
+NUM_WARPS = 8            # of the selecting kernels on the on-chip path ...
+LONG_NUM_WARPS = 16      # ... and on the long path (docs/perf/h200-topk-sweep.json)
 ROW_CAP = 1024           # candidates of the on-chip path: narrowing on the row stops at <= ROW_CAP keys
 MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets through a bit more than k_eff) ...
 MAX_LONG_CAP = 8192      # ... within these bounds
 STREAM_BLOCK = 4096      # columns per chunk of the long path's streaming passes
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
+SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
+SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
+ORDER_WARPS = 4
 PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
                          # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
+_COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
 _RANK_MASK = tl.constexpr(0xFFFF)
@@ -72,13 +86,35 @@ class FastTiling:
     tile_w: int    # widest row of the on-chip path; at most tile_w group maxima on the long path
     cap: int       # candidate tile (register tile of the final narrowing)
     block: int     # columns per streaming chunk (long path; <= 2^16)
+    segment: int = SEGMENT   # composites per ordering program, expected (the sort width is twice that)
+    samples: int = SEGMENT_SAMPLES   # splitter samples per segment
+    num_warps: int = NUM_WARPS       # of the selecting kernels
 
 
 def fast_tiling(width: int, k: int) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K."""
     if width <= TILE_W:
         return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK)
-    return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK)
+    return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK,
+                      num_warps=LONG_NUM_WARPS)
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Constexprs of _order_kernel for one launch."""
+    segments: int   # programs per row
+    stride: int     # sample stride
+    seg_cap: int    # sort width of a segment
+
+
+def ordering(k: int, tiling: FastTiling) -> Ordering:
+    """How _order_kernel splits a selection of up to k_pad(k) columns into ranges of about tiling.segment: one
+    program per row when that is all, else k_pad / segment programs sorting up to 2 * segment each, between
+    splitters from a sample of tiling.samples per segment."""
+    width = k_pad(k)
+    if width <= tiling.segment:
+        return Ordering(1, 1, width)
+    return Ordering(width // tiling.segment, max(1, tiling.segment // tiling.samples), 2 * tiling.segment)
 
 
 def probe_bits(cap: int) -> int:
@@ -161,7 +197,8 @@ def _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, direct, out
     inside_rank += n_inside
     # scalar limits instead of a scalar flag in the masks: ranks below them are taken / kept
     take = inside & (inside_rank < tl.where(direct != 0, k_eff - above, 0))
-    tl.store(out_row + tl.where(is_above, above_rank, above + inside_rank), cols, mask=is_above | take)
+    tl.store(out_row + tl.where(is_above, above_rank, above + inside_rank), _sort_composite(key, cols),
+             mask=is_above | take)
     keep = inside & (inside_rank < tl.where(direct != 0, 0, CAP))
     tl.store(cand_ptr + inside_rank, cols, mask=keep)
     tl.store(cand_ptr + CAP + inside_rank, key.to(tl.int32, bitcast=True), mask=keep)
@@ -183,21 +220,8 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, out_row, CA
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
     take = inside & (inside_rank < k_eff - above)
-    tl.store(out_row + tl.where(is_above, base + above_rank, above + inside_rank), cols, mask=is_above | take)
-
-
-@triton.jit
-def _order_selected(row_ptr, out_row, k_eff, k, K_PAD: tl.constexpr):
-    """Sort the k_eff selected columns in out_row by (value desc, column asc) and pad out_row[k_eff .. k) with -1."""
-    tl.debug_barrier()   # the selected columns were stored by other threads of this program
-    slots = tl.arange(0, K_PAD)
-    filled = slots < k_eff
-    cols = tl.load(out_row + slots, mask=filled, other=0)
-    key = _order_key(tl.load(row_ptr + cols, mask=filled, other=0.0), filled)
-    composite = tl.sort(tl.where(filled, _sort_composite(key, cols), _EMPTY_SLOT), descending=True)
-    tl.debug_barrier()   # every slot was read before any is overwritten
-    result = tl.where(composite == _EMPTY_SLOT, -1, composite.to(tl.int32) ^ _INT32_MAX)
-    tl.store(out_row + slots, result, mask=slots < k)
+    tl.store(out_row + tl.where(is_above, base + above_rank, above + inside_rank), _sort_composite(key, cols),
+             mask=is_above | take)
 
 
 @triton.jit
@@ -227,26 +251,80 @@ def _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, ca
     return n_inside
 
 
+@triton.jit
+def _split_groups(row_ptr, gid_ptr, n_groups, start, end, lo, above, k_eff, out_row, cand_ptr, CAP: tl.constexpr,
+                  BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    """_split_store (interval [lo, KEY_MAX], not direct) over the columns of the groups gid_ptr[0 .. n_groups)
+    (ascending group ids, so the columns stay in column order), BLOCK // GROUP groups per chunk; returns the number
+    of keys >= lo. Every key >= lo lies in such a group when the groups are those whose maximum is >= lo."""
+    GROUPS: tl.constexpr = BLOCK // GROUP
+    hi = lo * 0 + _KEY_MAX
+    n_above = start * 0
+    n_inside = start * 0
+    for g0 in range(0, n_groups, GROUPS):
+        g = g0 + tl.arange(0, GROUPS)
+        gid = tl.load(gid_ptr + g, mask=g < n_groups, other=-1)
+        cols = tl.reshape(gid[:, None] * GROUP + tl.arange(0, GROUP)[None, :], (BLOCK,))
+        visible = (cols >= start) & (cols < end)
+        key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+        n_above, n_inside = _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, 0, out_row,
+                                         cand_ptr, CAP)
+    return n_inside
+
+
+@triton.jit
+def _partition(sel_row, k_eff, bucket_row, count_row, lower_row, K_PAD: tl.constexpr, SEGMENTS: tl.constexpr,
+               STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
+    """Split the k_eff selected composites sel_row[0 .. k_eff) into SEGMENTS ranges of the composite order for
+    _order_kernel. The bounds come from a sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]]
+    with lower[j] the sample's entry (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
+    Stores lower_row[j], count_row[j] = the composites in range j, and the first 2 * SEG_CAP of them (any order)
+    to bucket_row[j * 2 * SEG_CAP ...]. count_row must hold zeros (the slots are taken by atomic increments)."""
+    SAMPLES: tl.constexpr = K_PAD // STRIDE
+    PER: tl.constexpr = SAMPLES // SEGMENTS
+    tl.debug_barrier()   # the selection was stored by other threads of this program
+    s = tl.arange(0, SAMPLES)
+    sample = tl.sort(tl.load(sel_row + s * STRIDE, mask=s * STRIDE < k_eff, other=_EMPTY_SLOT), descending=True)
+    j = tl.arange(0, SEGMENTS)
+    lower = tl.max(tl.where(s[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
+    tl.store(lower_row + j, lower)
+    slots = tl.arange(0, K_PAD)
+    filled = slots < k_eff
+    comp = tl.load(sel_row + slots, mask=filled, other=_EMPTY_SLOT)
+    tl.debug_barrier()   # the bounds were stored by other threads of this program
+    seg = slots * 0
+    for b in tl.static_range(SEGMENTS - 1):   # scalar bounds: a [K_PAD, SEGMENTS] compare tile would spill
+        seg += (comp <= tl.load(lower_row + b)).to(tl.int32)
+    rank = tl.atomic_add(count_row + seg, 1, mask=filled, sem="relaxed")
+    tl.store(bucket_row + seg * (2 * SEG_CAP) + rank, comp, mask=filled & (rank < 2 * SEG_CAP))
+
+
 # ----------------------------------------------------------------------------------------------------- kernels
 @triton.jit
 def _topk_row_kernel(
     logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
     starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
-    out_ptr,              # *i32 [rows, k] contiguous
+    sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
+    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS] (zeros), lower_ptr
+    count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
+    lower_ptr,
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
     HAS_STARTS: tl.constexpr,
-    K_PAD: tl.constexpr,  # power of two >= k: the register-resident sort size
+    K_PAD: tl.constexpr,  # power of two >= k
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
+    SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
+    STRIDE: tl.constexpr,
+    SEG_CAP: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
-    out_row = out_ptr + row * k
+    out_row = sel_ptr + row * K_PAD
     cand_row = cand_ptr + row * (2 * CAP)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
 
@@ -266,7 +344,9 @@ def _topk_row_kernel(
     _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
     if direct == 0:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
-    _order_selected(row_ptr, out_row, k_eff, k, K_PAD)
+    if SEGMENTS > 1:
+        _partition(out_row, k_eff, bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP), count_ptr + row * SEGMENTS,
+                   lower_ptr + row * SEGMENTS, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -296,9 +376,13 @@ def _topk_long_kernel(
     logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
-    gmax_ptr,             # *i32 [rows, groups] from _group_max_kernel
-    out_ptr,              # *i32 [rows, k] contiguous
+    gmax_ptr,             # *i32 [rows, groups] from _group_max_kernel; overwritten by the ids of the groups
+                          #     that may hold candidates
+    sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch
+    bucket_ptr,           # as _topk_row_kernel's
+    count_ptr,
+    lower_ptr,
     width,                # i32 W
     stride_row,
     groups,               # i32 <= TILE_W
@@ -309,10 +393,14 @@ def _topk_long_kernel(
     CAP: tl.constexpr,
     BLOCK: tl.constexpr,  # columns per streaming chunk
     PROBE_BITS: tl.constexpr,
+    GROUP: tl.constexpr,  # columns per group of gmax
+    SEGMENTS: tl.constexpr,
+    STRIDE: tl.constexpr,
+    SEG_CAP: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
-    out_row = out_ptr + row * k
+    out_row = sel_ptr + row * K_PAD
     cand_row = cand_ptr + row * (2 * CAP)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
 
@@ -328,10 +416,17 @@ def _topk_long_kernel(
     while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
         lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
 
-    # candidates: every visible key >= tau, stored while they fit
+    # candidates: every visible key >= tau, stored while they fit, read from the groups whose maximum is >= tau
+    # only (their ids, ascending, replace the maxima in gmax_ptr: each thread has read its maxima first)
+    qualifies = gmax >= lo.to(tl.uint32)
+    gid_row = gmax_ptr + row * groups
+    tl.debug_barrier()
+    tl.store(gid_row + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
+    tl.debug_barrier()   # the ids were stored by other threads of this program
     hi = lo * 0 + _KEY_MAX
     above = start * 0
-    ge_lo = _split_stream(row_ptr, start, end, lo, hi, above, k_eff, above, out_row, cand_row, CAP, BLOCK)
+    ge_lo = _split_groups(row_ptr, gid_row, tl.sum(qualifies.to(tl.int32), 0), start, end, lo, above, k_eff,
+                          out_row, cand_row, CAP, BLOCK, GROUP)
     if ge_lo > CAP:   # tau let too many through: narrow on the row by streaming rounds, then compact again
         while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
             mid = lo + ((hi - lo + 1) >> 1)
@@ -343,7 +438,63 @@ def _topk_long_kernel(
         _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, cand_row, CAP, BLOCK)
     if ge_lo - above <= CAP:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
-    _order_selected(row_ptr, out_row, k_eff, k, K_PAD)
+    if SEGMENTS > 1:
+        _partition(out_row, k_eff, bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP), count_ptr + row * SEGMENTS,
+                   lower_ptr + row * SEGMENTS, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
+
+
+@triton.jit
+def _order_kernel(
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    sel_ptr,              # *i64 [rows, K_PAD]: the composites of the k_eff selected columns of each row, any order
+    bucket_ptr,           # _partition's output (SEGMENTS > 1)
+    count_ptr,
+    lower_ptr,
+    out_ptr,              # *i32 [rows, k] contiguous
+    width,                # i32 W
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,
+    SEGMENTS: tl.constexpr,     # programs per row (grid axis 1); 1: the program sorts the whole selection
+    SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
+):
+    """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
+    columns at its rank offset, the number of selected composites in the ranges above. A range holding more than
+    SEG_CAP composites (a sample that missed) is sorted at twice the width, one holding more than 2 * SEG_CAP
+    (skewed samples) at the full K_PAD width: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
+    row = tl.program_id(0).to(tl.int64)
+    seg = tl.program_id(1)
+    sel_row = sel_ptr + row * K_PAD
+    out_row = out_ptr + row * k
+    _, _, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    slots = tl.arange(0, K_PAD)
+    if SEGMENTS == 1:
+        ordered = tl.sort(tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT), descending=True)
+        tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
+    else:
+        j = tl.arange(0, SEGMENTS)
+        counts = tl.load(count_ptr + row * SEGMENTS + j)
+        count = tl.sum(tl.where(j == seg, counts, 0), 0)
+        offset = tl.sum(tl.where(j < seg, counts, 0), 0)
+        bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
+        if count <= SEG_CAP:
+            i = tl.arange(0, SEG_CAP)
+            part = tl.sort(tl.load(bucket + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
+            tl.store(out_row + offset + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
+        elif count <= 2 * SEG_CAP:
+            i2 = tl.arange(0, 2 * SEG_CAP)
+            part2 = tl.sort(tl.load(bucket + i2, mask=i2 < count, other=_EMPTY_SLOT), descending=True)
+            tl.store(out_row + offset + i2, part2.to(tl.int32) ^ _INT32_MAX, mask=i2 < count)
+        else:
+            lower = tl.load(lower_ptr + row * SEGMENTS + seg)
+            upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
+            upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
+            comp = tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT)
+            whole = tl.sort(tl.where((comp <= upper) & (comp > lower), comp, _EMPTY_SLOT), descending=True)
+            tl.store(out_row + offset + slots, whole.to(tl.int32) ^ _INT32_MAX, mask=slots < count)
+        pad_from = tl.where(seg == 0, k_eff, k)   # program 0 pads
+        tl.store(out_row + slots, -1, mask=(slots >= pad_from) & (slots < k))
 
 
 # ---------------------------------------------------------------------------------------------------- launcher
@@ -369,27 +520,40 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     (rows, width), k = logits.shape, out.shape[1]
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                  num_warps=NUM_WARPS)
-    cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=logits.device)
+                  num_warps=tiling.num_warps)
+    order = ordering(k, tiling)
+    common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
+    device = logits.device
+    cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
+    sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
+    parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
+             torch.zeros((rows, order.segments), dtype=torch.int32, device=device),
+             torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
-        _topk_row_kernel[(rows,)](logits, starts_arg, lengths, out, cand, width, logits.stride(0), k,
+        _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
                                   TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common)
-        return
-    group = group_size(width, tiling.tile_w)
-    groups = triton.cdiv(width, group)
-    per_program = max(1, tiling.tile_w // group)
-    gmax = torch.empty((rows, groups), dtype=torch.int32, device=logits.device)
-    _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
-        logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
-        GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=NUM_WARPS)
-    _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, out, cand, width, logits.stride(0), groups, k,
-                               TILE_W=tiling.tile_w, BLOCK=tiling.block, **common)
+    else:
+        group = group_size(width, tiling.tile_w)
+        groups = triton.cdiv(width, group)
+        per_program = max(1, tiling.tile_w // group)
+        gmax = torch.empty((rows, groups), dtype=torch.int32, device=logits.device)
+        _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
+            logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
+            GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps)
+        _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, sel, cand, *parts, width, logits.stride(0),
+                                   groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common)
+    _order_kernel[(rows, order.segments)](
+        starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=ORDER_WARPS)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
 ISA_TARGETS = ("sm90",)
-_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32", "cand_ptr": "*i32",
-              "width": "i32", "stride_row": "i32", "k": "i32"}
+_PARTS = {"bucket_ptr": "*i64", "count_ptr": "*i32", "lower_ptr": "*i64"}
+_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", "cand_ptr": "*i32",
+              **_PARTS, "width": "i32", "stride_row": "i32", "k": "i32"}
+_ORDER_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", **_PARTS, "out_ptr": "*i32",
+                    "width": "i32", "k": "i32"}
 _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32",
                    "width": "i32", "stride_row": "i32", "groups": "i32"}
 
@@ -398,20 +562,28 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     """The kernels top_k_radix_fast launches for rows of `width` columns at k, as CompileSpecs (hw.isa_spec)."""
     tiling = fast_tiling(width, k)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
-    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap)}
+    order = ordering(k, tiling)
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap}
+    order_spec = CompileSpec(
+        label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=ORDER_WARPS,
+        constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
+                    "SEG_CAP": order.seg_cap}, targets=ISA_TARGETS)
     if width <= tiling.tile_w:
-        return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=NUM_WARPS,
+        return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
                             constexprs=common | {"TILE_W": max(triton.next_power_of_2(width), MIN_K_PAD)},
-                            targets=ISA_TARGETS),)
+                            targets=ISA_TARGETS), order_spec)
     group = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
-                    num_warps=NUM_WARPS, constexprs={"HAS_STARTS": has_starts, "GROUP": group,
+                    num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": group,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // group)},
                     targets=ISA_TARGETS),
-        CompileSpec(label=label, fn=_topk_long_kernel, num_warps=NUM_WARPS,
+        CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
                     signature=_SIGNATURE | {"gmax_ptr": "*i32", "groups": "i32"},
-                    constexprs=common | {"TILE_W": tiling.tile_w, "BLOCK": tiling.block}, targets=ISA_TARGETS),
+                    constexprs=common | {"TILE_W": tiling.tile_w, "BLOCK": tiling.block, "GROUP": group},
+                    targets=ISA_TARGETS),
+        order_spec,
     )
 
 
@@ -430,4 +602,4 @@ VARIANT = Variant(
     settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k),
     launch=_launch_variant, precision=None,
     isa_specs=lambda: tuple(spec for shape in ISA_SHAPES for spec in isa_specs(*shape)),
-    summary="interval narrowing on chip, candidates compacted, one sort of the k selected; long rows over all SMs")
+    summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs")

@@ -178,6 +178,17 @@ def test_empty_inputs(device):
     assert pad.cpu().tolist() == [[-1] * 4] * 3
 
 
+def test_out_buffer_is_filled_and_returned(device):
+    """out=: the caller's buffer receives the same indices as a fresh result, and is the returned tensor."""
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((3, 40)).astype(np.float32)).to(device)
+    lengths = torch.tensor([40, 7, 0], dtype=torch.int32, device=device)
+    out = torch.full((3, 9), 12345, dtype=torch.int32, device=device)
+    got = hw.top_k_per_row(x, lengths, 9, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    want = sim_top_k(x.cpu().numpy(), 9, ends=np.array([40, 7, 0]))
+    assert_exact(out.cpu().numpy(), want, "top-k indices (out=)")
+
+
 @dataclass(frozen=True)
 class Bad:
     name: str
@@ -214,6 +225,10 @@ BAD = [
     Bad("k_float", lambda d: dict(k=8.0), "k must be a Python int"),
     Bad("k_bool", lambda d: dict(k=True), "k must be a Python int"),
     Bad("device_mismatch", lambda d: dict(lengths=_index_tensor(4, device="meta")), "share a device"),
+    Bad("out_dtype", lambda d: dict(out=_index_tensor(4, 8, device=d, dtype=torch.int64)), "out must have dtype"),
+    Bad("out_shape", lambda d: dict(out=_index_tensor(4, 9, device=d)), "out must have shape"),
+    Bad("out_strided", lambda d: dict(out=_index_tensor(4, 16, device=d)[:, ::2]), "out must be contiguous"),
+    Bad("out_device", lambda d: dict(out=_index_tensor(4, 8, device="meta")), "share a device"),
 ]
 
 

@@ -69,6 +69,10 @@ TILINGS = {
     "row_tiny_cap": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK),
     "long": FastTiling(tile_w=128, cap=128, block=256),
     "long_tiny_cap": FastTiling(tile_w=64, cap=16, block=128),
+    # the ordering split into segments: exact splitters (every selected column sampled), and sparse samples
+    "segments": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
+                           segment=8, samples=8),
+    "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
 }
 
 
@@ -138,3 +142,22 @@ def test_launch_constants():
             assert -(-width // radix_fast.group_size(width, t.tile_w)) <= t.tile_w
         assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
+
+
+def test_order_segment_overflow(device):
+    """Splitters from a skewed sample leave ranges with more composites than the sort width: a range of up to
+    twice that is sorted at twice the width, a larger one at the full width; same result. The selection of these
+    rows is stored in column order and every 8th slot is sampled, so making every 8th column one of the largest
+    puts the splitters at the top: the last range of row 0 holds 113 composites (full width), of row 1 53 (twice
+    the width), row 2's 3 fit."""
+    width, k = 128, 128
+    tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK, segment=16,
+                        samples=2)
+    assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, seg_cap=32)
+    cols = np.arange(width)
+    x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(3, 0)
+    lengths = np.array([128, 60, 3])
+    out = torch.full((3, k), 12345, dtype=torch.int32, device=device)
+    radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
+                       None, out, tiling)
+    assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
