@@ -1,7 +1,11 @@
-"""The radix_fast top-k's launch constants on the H200 (radix_fast.FastTiling: warps of the selecting kernels,
-composites per ordering program, splitter samples per program), timed like `mxidx bench` times the top-k (median of CUDA-graph replays), with
+"""The radix_fast top-k's launch constants on the H200 (radix_fast.FastTiling fields, each replacing the default),
+timed like `mxidx bench` times the top-k (median of CUDA-graph replays), with
 torch.topk in the same run; every configuration's indices are compared with torch.topk's first (distinct values).
-Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json
+Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID one of GRIDS:
+
+  ordering  warps of the selecting kernels x composites per ordering range x splitter samples per range
+  launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
+  probes    probes per narrowing round on the whole row (8192) / on the group maxima (131072)
 """
 import dataclasses
 import json
@@ -14,7 +18,14 @@ from tools.cmd_bench import _graph_time_us
 from tools.runtime import choose_device
 
 ROWS, K = 64, 2048
-GRID = [dict(num_warps=w, segment=s, samples=n) for w in (8, 16) for s in (64, 128, 256) for n in (8, 16)]
+GRIDS = {
+    "ordering": {w: [dict(num_warps=n, segment=s, samples=m) for n in (8, 16) for s in (128, 256) for m in (8, 16, 32)]
+                 for w in (8192, 131072)},
+    "launch": {8192: [dict(order_warps=o) for o in (2, 4, 8)],
+               131072: [dict(order_warps=o, block=b) for o in (2, 4, 8) for b in (4096, 8192, 16384)]},
+    "probes": {w: [dict(row_probe_bits=b) for b in (1, 2, 3)] for w in (8192, 131072)},
+}
+GRID = GRIDS[sys.argv[2]]
 
 choose_device("cuda")
 results = []
@@ -26,7 +37,7 @@ for width in (8192, 131072):
     want = torch.topk(logits, K, dim=1).indices.to(torch.int32)
     ref = _graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
     results.append({"width": width, "case": "torch.topk", "time_us": ref})
-    for setting in GRID:
+    for setting in GRID[width]:
         tiling = dataclasses.replace(radix_fast.fast_tiling(width, K), **setting)
         row = {"width": width, **setting}
         try:
@@ -39,4 +50,4 @@ for width in (8192, 131072):
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         results.append(row)
         print(json.dumps(row), flush=True)
-json.dump(results, open(sys.argv[1], "w"), indent=1)
+json.dump({"grid": sys.argv[2], "rows": results}, open(sys.argv[1], "w"), indent=1)
