@@ -51,7 +51,7 @@ def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[st
 
 
 def _validate_gather(view, block_table: torch.Tensor, cu_seq_lens: torch.Tensor, num_tokens: int) -> None:
-    """Validate mode: the values the kernel trusts (device syncs). ValueError on the first bad entry."""
+    """Validate mode: the values the kernel bounds and reports (device syncs). ValueError on the first bad entry."""
     if int(cu_seq_lens[0]) != 0:
         raise ValueError(f"cu_seq_lens[0] must be 0, got {int(cu_seq_lens[0])}")
     lengths = torch.diff(cu_seq_lens.to(torch.int64))
@@ -84,7 +84,7 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
                  cache's format should always pass it.
     num_tokens:  SK, the number of output rows. None reads cu_seq_lens[-1] (one device -> host sync); pass it to
                  stay sync-free (CUDA-graph capture). Rows at or past cu_seq_lens[-1] come out as zero bytes.
-    validate:    True (or MXIDX_VALIDATE=1) checks, with device syncs, what the hot path trusts: cu_seq_lens starts
+    validate:    True (or MXIDX_VALIDATE=1) checks, with device syncs, what the hot path bounds: cu_seq_lens starts
                  at 0 and never decreases, num_tokens >= cu_seq_lens[-1], every sequence fits in its block-table
                  row (length <= max_pages * P) and the page ids it spans are pages of kv_cache; ValueError otherwise.
     error_flag:  keyword-only; None or an int32 [4] flag (hw.checks.new_error_flag): the same cases are reported there

@@ -162,7 +162,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     cu_seq_len_k_start / cu_seq_len_k_end int32 [S]: row i sees keys ks[i] <= j < ke[i] (absolute columns).
     Entries outside are -inf when clean_logits, else left unwritten. All tensors contiguous, on one device.
     max_seqlen_k > 0 (DeepGEMM's compressed output) is not supported.
-    The ranges are trusted in the hot path, where the kernel clamps them: ks < 0 acts as 0, ke > SK as SK, and
+    The ranges are not checked on the host (a sync); the kernels clamp them: ks < 0 acts as 0, ke > SK as SK, and
     ks >= ke is an empty row. validate=True (keyword-only; or MXIDX_VALIDATE=1) instead checks
     0 <= ks[i] <= ke[i] <= SK with a device sync and raises ValueError on the first bad row (not allowed during
     CUDA-graph capture). error_flag (keyword-only): None or an int32 [4] flag (hw.checks.new_error_flag); a row

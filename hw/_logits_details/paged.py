@@ -43,8 +43,8 @@ def _sequence_lengths(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.c
     """(schedule length, visible[N_PAD]) of sequence b.
 
     schedule length = max(0, max_n context_lens[b, n]) (2-D) or max(0, context_lens[b]) (1-D): exactly what
-    schedule.py counts pages of. visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = min(max_context_len,
-    max_pages * P); 0 for the padding n >= N.
+    schedule.py counts pages of. visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = max_context_len (the
+    columns past the table are NaN); 0 for the padding n >= N.
     """
     if CTX_2D:
         raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)

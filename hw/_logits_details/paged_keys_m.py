@@ -364,8 +364,8 @@ def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
 # ============================================================================================ tile pieces
 @triton.jit
 def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
-    """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = min(max_context_len, max_pages * P);
-    0 for the padding n >= N."""
+    """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = max_context_len (the columns past the
+    table are NaN: _tile_pages); 0 for the padding n >= N."""
     if CTX_2D:
         raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)
     else:
