@@ -6,6 +6,7 @@ exception to "never tensor values" is the opt-in validate mode (validate_request
 """
 from __future__ import annotations
 
+import enum
 import os
 import re
 
@@ -147,3 +148,83 @@ def validate_requested(validate) -> bool:
         raise ValueError(f"validation reads tensor values (a device sync), which CUDA-graph capture forbids: pass "
                          f"validate=False and unset {VALIDATE_ENV} while capturing (validate in an eager run)")
     return True
+
+
+# ============================================================================================ the error flag
+class ErrorKind(enum.IntEnum):
+    """What a kernel met on the hot path (the kind code in an error flag's entry FLAG_KIND).
+
+    Every kind is bounded on the device (nothing is read or written outside the tensors given) and its affected
+    outputs follow the documented policy (docs/design.md's clarifications); the flag only reports it."""
+
+    NONE = 0
+    PAGE_ID = 1            # a block-table entry a row needs is outside [0, num_pages): row = sequence, value = the id
+    CONTEXT_PAST_TABLE = 2  # a sequence is longer than its block-table row covers: row = sequence, value = its
+                            # visible context (decode) or the position + 1 of a token past the table (gather)
+    SCHEDULE = 3           # schedule_meta is not get_paged_mqa_logits_metadata(context_lens, P, num_sms) of this
+                           # call: row = the persistent program whose entry differs, value = the entry's sequence
+    SLOT = 4               # a writer slot at or past num_pages * P: row = the token, value = the slot (saturated to
+                           # int32)
+    RANGE = 5              # a prefill row whose [ks, ke) is not inside [0, SK] with ks <= ke: row = the query row,
+                           # value = ks if it is the culprit, else ke
+    CU_SEQ_LENS = 6        # gather: cu_seq_lens[0] != 0, a decrease (row = b + 1, value = cu_seq_lens[b + 1]), or
+                           # cu_seq_lens[-1] > num_tokens (row = B, value = cu_seq_lens[-1])
+
+
+#: an error flag: int32 [FLAG_SIZE] on the kernels' device; entry FLAG_COUNT counts the reports (one per kernel
+#: program that met something, so an order of magnitude, not an exact count), FLAG_KIND / FLAG_ROW / FLAG_VALUE
+#: are those of the first report (first writer wins, through an atomic compare-and-swap on FLAG_KIND)
+FLAG_COUNT, FLAG_KIND, FLAG_ROW, FLAG_VALUE = 0, 1, 2, 3
+FLAG_SIZE = 4
+
+
+def new_error_flag(device) -> torch.Tensor:
+    """A cleared error flag on `device` (int32 [FLAG_SIZE] zeros): pass it as `error_flag=` to any launcher, check
+    it with raise_if_flagged when you sync anyway, clear it with .zero_() (graph-capturable)."""
+    return torch.zeros(FLAG_SIZE, dtype=torch.int32, device=device)
+
+
+def check_error_flag(error_flag, device) -> torch.Tensor | None:
+    """The launchers' host-side check of `error_flag=`: None, or int32 [FLAG_SIZE] contiguous on `device`."""
+    if error_flag is None:
+        return None
+    return check_tensor("error_flag", error_flag, dtypes=torch.int32, shape=(FLAG_SIZE,), device=device,
+                        contiguous=True)
+
+
+_KIND_TEXT = {
+    ErrorKind.PAGE_ID: "block_table: sequence {row} needs page id {value}, outside [0, num_pages) (the page is not "
+                       "read: its logits are NaN, its gathered tokens NaN tokens)",
+    ErrorKind.CONTEXT_PAST_TABLE: "sequence {row} needs {value} tokens, more than its block-table row covers (NaN "
+                                  "past the table)",
+    ErrorKind.SCHEDULE: "schedule_meta: entry {row} (sequence {value}) is not get_paged_mqa_logits_metadata of "
+                        "these context_lens and page size (ignored: the kernel derived its own split)",
+    ErrorKind.SLOT: "slot_mapping: token {row} has slot {value}, at or past num_pages * P (not written)",
+    ErrorKind.RANGE: "cu_seq_len_k_start / cu_seq_len_k_end: row {row} has a bound {value} outside "
+                     "0 <= ks <= ke <= SK (clamped)",
+    ErrorKind.CU_SEQ_LENS: "cu_seq_lens: entry {row} ({value}) is not a non-decreasing sequence from 0 whose last "
+                           "entry is at most num_tokens (rows without a well-formed token are NaN tokens)",
+}
+
+
+def describe_error_flag(values) -> str | None:
+    """None for a clear flag, else the text of its first report (values: the flag's FLAG_SIZE ints)."""
+    count, kind, row, value = (int(v) for v in values)
+    if count == 0 and kind == ErrorKind.NONE:
+        return None
+    try:
+        text = _KIND_TEXT[ErrorKind(kind)].format(row=row, value=value)
+    except (KeyError, ValueError):
+        text = f"unknown kind code {kind} (row {row}, value {value})"
+    return f"{text}; {count} report(s) in all"
+
+
+def raise_if_flagged(error_flag: torch.Tensor) -> None:
+    """Read an error flag (a device-to-host copy: call it where you sync anyway, never inside graph capture) and
+    raise ValueError naming the first case a kernel met, if any. The flag is left as it is."""
+    check_tensor("error_flag", error_flag, dtypes=torch.int32, shape=(FLAG_SIZE,), contiguous=True)
+    if stream_capturing():
+        raise ValueError("raise_if_flagged reads the flag (a device sync), which CUDA-graph capture forbids")
+    text = describe_error_flag(error_flag.tolist())
+    if text is not None:
+        raise ValueError(f"a kernel met an out-of-range input: {text}")

@@ -16,6 +16,7 @@ from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
 from .checks import (
     FP8_DTYPE,
     MX_BLOCK,
+    check_error_flag,
     check_int,
     check_kernel_device,
     check_same_device,
@@ -50,7 +51,7 @@ def _format_and_head_dim(kv_cache: torch.Tensor, layout: str | None) -> tuple[st
 
 
 def _validate_gather(view, block_table: torch.Tensor, cu_seq_lens: torch.Tensor, num_tokens: int) -> None:
-    """Validate mode: the values the kernel trusts (device syncs). ValueError on the first bad entry."""
+    """Validate mode: the values the kernel bounds and reports (device syncs). ValueError on the first bad entry."""
     if int(cu_seq_lens[0]) != 0:
         raise ValueError(f"cu_seq_lens[0] must be 0, got {int(cu_seq_lens[0])}")
     lengths = torch.diff(cu_seq_lens.to(torch.int64))
@@ -70,26 +71,34 @@ def _validate_gather(view, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
 
 def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
                                     layout: str | None = None, *, num_tokens: int | None = None,
-                                    validate: bool = False):
+                                    validate: bool = False, error_flag: torch.Tensor | None = None):
     """Copy each sequence's first cu_seq_lens[b+1] - cu_seq_lens[b] tokens out of the paged cache into rows
     cu_seq_lens[b] .. cu_seq_lens[b+1] - 1 of contiguous K.
 
     kv_cache:    uint8 [num_pages, P, 1, bytes_per_token] cache view (hw/layout.py), any page stride.
     block_table: int32 [B, max_pages], any strides: sequence b's logical page i is physical page block_table[b, i].
                  Entries past a sequence's last page are never read.
-    cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (trusted in the hot path: checking needs a sync).
+    cu_seq_lens: int32 [B + 1], contiguous, non-decreasing from 0 (checking needs a sync: see validate, error_flag).
     layout:      "fp8", "mxfp4", "mxfp4_tiled" or None (inferred from bytes_per_token; see the module docstring).
+                 bytes_per_token cannot tell fp8 D = 64 from mxfp4 D = 128 (68 bytes): a caller that knows the
+                 cache's format should always pass it.
     num_tokens:  SK, the number of output rows. None reads cu_seq_lens[-1] (one device -> host sync); pass it to
                  stay sync-free (CUDA-graph capture). Rows at or past cu_seq_lens[-1] come out as zero bytes.
-    validate:    True (or MXIDX_VALIDATE=1) checks, with device syncs, what the hot path trusts: cu_seq_lens starts
+    validate:    True (or MXIDX_VALIDATE=1) checks, with device syncs, what the hot path bounds: cu_seq_lens starts
                  at 0 and never decreases, num_tokens >= cu_seq_lens[-1], every sequence fits in its block-table
                  row (length <= max_pages * P) and the page ids it spans are pages of kv_cache; ValueError otherwise.
+    error_flag:  keyword-only; None or an int32 [4] flag (hw.checks.new_error_flag): the same cases are reported there
+                 without a sync (ErrorKind PAGE_ID, CONTEXT_PAST_TABLE, CU_SEQ_LENS).
 
     Returns fp8:   (values float8_e4m3fn [SK, D] (row-major, D bytes a row), scales float32 [SK]);
             mxfp4: (codes uint8 [SK, D/2] (element 2j in the low nibble of byte j, 2j + 1 in the high one),
                     scales uint8 [SK, D/32] (E8M0, byte g for elements 32g .. 32g + 31)); all contiguous.
-    Without validation, a token whose page id lies outside [0, num_pages) or whose logical page is >= max_pages
-    (a sequence longer than its block-table row) is returned as zero bytes rather than read out of bounds.
+    Without validation nothing is read outside kv_cache whatever the integers hold: a token whose page id lies
+    outside [0, num_pages), whose logical page is >= max_pages (a sequence longer than its block-table row), or
+    whose row has no well-formed position (a decreasing cu_seq_lens) is returned as the NaN token (fp8: values
+    0x7F, scale NaN; mxfp4: codes 0, scale byte 255 -- what the writer stores for a non-finite row), so the scores
+    against it are NaN. Rows at or past cu_seq_lens[-1] are zero bytes (padding); num_tokens < cu_seq_lens[-1]
+    drops the tokens past num_tokens (reported as CU_SEQ_LENS).
     """
     kv_dtype, head_dim = _format_and_head_dim(kv_cache, layout)
     view = check_cache_view("kv_cache", kv_cache, kv_dtype, head_dim, layout)
@@ -100,6 +109,7 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
     validate = validate_requested(validate)
     kernel = gather_fp8_kernel if kv_dtype == "fp8" else gather_mxfp4_kernel
     check_kernel_device("kv_cache", device, kernel)
+    error_flag = check_error_flag(error_flag, device)
     if num_tokens is None:
         if stream_capturing():
             raise ValueError("num_tokens: pass it (the total of cu_seq_lens) when capturing a CUDA graph; without it "
@@ -118,11 +128,12 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
         scales = torch.empty(num_tokens, head_dim // MX_BLOCK, dtype=torch.uint8, device=device)
         out = (values, scales)
         extra = {"TILED": view.layout == "mxfp4_tiled"}
-    if num_tokens:
+    if num_tokens or error_flag is not None:     # (with a flag, one program checks cu_seq_lens even for no rows)
         # the CPU interpreter pays per operation, not per row: many more rows per program there
         block_t = INTERPRETER_BLOCK_T if kernels_interpreted(kernel) else BLOCK_T
-        kernel[(triton.cdiv(num_tokens, block_t),)](
-            kv_cache, block_table, cu_seq_lens, *out, num_tokens, batch, block_table.shape[1], view.num_pages,
-            view.page_stride, *block_table.stride(), D=head_dim, D_PAD=triton.next_power_of_2(head_dim),
-            P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B, num_warps=NUM_WARPS, **extra)
+        kernel[(max(1, triton.cdiv(num_tokens, block_t)),)](
+            kv_cache, block_table, cu_seq_lens, *out, cu_seq_lens if error_flag is None else error_flag, num_tokens,
+            batch, block_table.shape[1], view.num_pages, view.page_stride, *block_table.stride(), D=head_dim,
+            D_PAD=triton.next_power_of_2(head_dim), P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B,
+            HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS, **extra)
     return (values.view(FP8_DTYPE), scales) if kv_dtype == "fp8" else (values, scales)

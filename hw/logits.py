@@ -13,7 +13,10 @@ picks one (ValueError if it does not run here), else the target's default. decla
 of DESIGN §4's bound, gamma = (n + H + 2) u, for the variant a launch takes.
 
 Validate mode (validate=True or MXIDX_VALIDATE=1, hw.checks.validate_requested): both scorers then check, with
-device syncs, the values their hot paths trust and raise ValueError; not allowed during CUDA-graph capture.
+device syncs, the values their hot paths bound and raise ValueError; not allowed during CUDA-graph capture.
+Without it, the kernels bound every device-provided index themselves (nothing is read outside the tensors given)
+and report what they met to an optional `error_flag=` (hw.checks.new_error_flag; read it with
+hw.checks.raise_if_flagged where you sync anyway): the same cases validate mode raises on.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from .checks import (
     FP8_DTYPE,
     INT32_MAX,
     MX_BLOCK,
+    check_error_flag,
     check_flag,
     check_int,
     check_int32_extent,
@@ -150,7 +154,7 @@ def _validate_ranges(ks: torch.Tensor, ke: torch.Tensor, num_k: int) -> None:
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True, max_seqlen_k=0,
                        logits_dtype=torch.float32, *, validate=False, variant: str | None = None,
-                       launch_settings: dict | None = None) -> torch.Tensor:
+                       launch_settings: dict | None = None, error_flag: torch.Tensor | None = None) -> torch.Tensor:
     """Ragged prefill logits, fp32 [S, SK].
 
     q: (values, scales) [S, H, ...] as in the module docstring; kv: FP8 (e4m3 [SK, D], fp32 [SK]) or MXFP4
@@ -158,11 +162,13 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     cu_seq_len_k_start / cu_seq_len_k_end int32 [S]: row i sees keys ks[i] <= j < ke[i] (absolute columns).
     Entries outside are -inf when clean_logits, else left unwritten. All tensors contiguous, on one device.
     max_seqlen_k > 0 (DeepGEMM's compressed output) is not supported.
-    The ranges are trusted in the hot path, where the kernel clamps them: ks < 0 acts as 0, ke > SK as SK, and
+    The ranges are not checked on the host (a sync); the kernels clamp them: ks < 0 acts as 0, ke > SK as SK, and
     ks >= ke is an empty row. validate=True (keyword-only; or MXIDX_VALIDATE=1) instead checks
     0 <= ks[i] <= ke[i] <= SK with a device sync and raises ValueError on the first bad row (not allowed during
-    CUDA-graph capture). variant (keyword-only): a hw.variants name of Op.PREFILL for q's format, else the
-    target's default; launch_settings: fields of the variant's settings to replace (tuning, tests).
+    CUDA-graph capture). error_flag (keyword-only): None or an int32 [4] flag (hw.checks.new_error_flag); a row
+    outside 0 <= ks <= ke <= SK is reported there (ErrorKind.RANGE) without a sync. variant (keyword-only): a
+    hw.variants name of Op.PREFILL for q's format, else the target's default; launch_settings: fields of the
+    variant's settings to replace (tuning, tests).
     """
     check_flag("clean_logits", clean_logits)
     validate = validate_requested(validate)
@@ -181,6 +187,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
     check_kernel_device("q[0]", device, prefill_logits_kernel)
+    error_flag = check_error_flag(error_flag, device)
     chosen = select(Op.PREFILL, scorer_target(device), kv_dtype, variant)
     if validate:
         _validate_ranges(cu_seq_len_k_start, cu_seq_len_k_end, num_k)
@@ -189,7 +196,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     if num_q == 0 or num_k == 0:
         return out
     call = PrefillCall(q_v, q_v if q_s is None else q_s, k_v, k_s, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-                       out, num_heads, head_dim, clean_logits)    # FP8: the scale pointer is unused
+                       out, num_heads, head_dim, clean_logits, error_flag)    # FP8: the scale pointer is unused
     chosen.run(call, scorer_target(device), launch_settings)
     return out
 
@@ -220,8 +227,9 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) -> torch.Tens
     return paged_schedule(context_lens, block_kv, num_sms)
 
 
-def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int) -> None:
-    """Validate mode: value checks that need the data (device syncs). ValueError on the first bad entry."""
+def _validate_paged(kv_view, context_lens, block_table, schedule_meta, width: int) -> None:
+    """Validate mode: value checks that need the data (device syncs), the cases the kernels report to an error
+    flag. ValueError on the first bad entry."""
     if bool((context_lens < 0).any()):
         bad = tuple(int(i) for i in torch.nonzero(context_lens < 0)[0])
         raise ValueError(f"context_lens must be >= 0; entry {bad} is {int(context_lens[bad])}")
@@ -230,24 +238,38 @@ def _validate_paged(kv_view, context_lens, block_table, schedule_meta, cap: int)
         raise ValueError("schedule_meta does not match these context_lens with block_kv = page size "
                          f"{kv_view.page_size}; recompute it with get_paged_mqa_logits_metadata(context_lens, "
                          f"{kv_view.page_size}, num_sms)")
-    lengths = context_lens if context_lens.dim() == 1 else context_lens.amax(dim=1)
-    check_pages_in_span(block_table, lengths.to(torch.int64).clamp(0, cap), kv_view)
+    lengths = (context_lens if context_lens.dim() == 1 else context_lens.amax(dim=1)).to(torch.int64).clamp(0, width)
+    covered = block_table.shape[1] * kv_view.page_size
+    if bool((lengths > covered).any()):
+        b = int(torch.nonzero(lengths > covered)[0, 0])
+        raise ValueError(f"context_lens: sequence {b} sees {int(lengths[b])} columns but block_table's "
+                         f"{block_table.shape[1]} pages of {kv_view.page_size} tokens cover only {covered}; widen "
+                         f"block_table (the hot path returns NaN for the columns past it)")
+    check_pages_in_span(block_table, lengths, kv_view)
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                              clean_logits=False, logits_dtype=torch.float32, layout=None,
                              validate=False, *, indices=None, variant: str | None = None,
-                             launch_settings: dict | None = None) -> torch.Tensor:
+                             launch_settings: dict | None = None,
+                             error_flag: torch.Tensor | None = None) -> torch.Tensor:
     """Paged decode logits, fp32 [B*N, max_context_len]; row r = b*N + n.
 
     q: (values, scales) [B, N, H, ...] (module docstring; N = next_n >= 1); kv_cache: uint8
     [num_pages, P, 1, bytes_per_token] view (DESIGN §2, §8; its format follows q: fp8 or mxfp4, D from q;
     layout None or "mxfp4_tiled" for MXFP4); weights fp32 [B*N, H]; context_lens int32 [B] or [B, N] (DESIGN §4:
-    row b*N + n sees columns j < ctx(b, n), clamped to max_context_len and max_pages * P); block_table int32
-    [B, max_pages] (innermost stride 1); schedule_meta from get_paged_mqa_logits_metadata(context_lens, P, num_sms);
+    row b*N + n sees columns j < ctx(b, n), clamped to max_context_len); block_table int32 [B, max_pages]
+    (innermost stride 1); schedule_meta from get_paged_mqa_logits_metadata(context_lens, P, num_sms);
     max_context_len: Python int, the output width. Invisible entries are -inf when clean_logits, else unwritten.
-    Page ids inside a row's visible span are trusted; validate=True (or MXIDX_VALIDATE=1) checks them, the context
-    lengths (>= 0) and the schedule with device syncs and raises ValueError (not allowed during CUDA-graph capture).
+    The format of kv_cache is not in its bytes: it is q's (68 bytes a token is both MXFP4 D = 128 and FP8 D = 64),
+    so q must be of the cache's format.
+    Hot path, without a sync: a visible column whose page has no valid block-table entry (an id outside
+    [0, num_pages), or past the table: ctx > max_pages * P) is NaN and its page is never read; a schedule_meta that
+    is not get_paged_mqa_logits_metadata(context_lens, P, num_sms) of this call is not used (the kernels that
+    read it derive their split from context_lens). error_flag (keyword-only): None or an int32 [4] flag
+    (hw.checks.new_error_flag) where these cases are reported (ErrorKind PAGE_ID, CONTEXT_PAST_TABLE, SCHEDULE).
+    validate=True (or MXIDX_VALIDATE=1) checks the same cases and context_lens >= 0 with device syncs and raises
+    ValueError instead (not allowed during CUDA-graph capture).
     indices (DeepGEMM's, keyword-only here) is not supported: anything but None is a ValueError.
     variant (keyword-only): a hw.variants name of Op.DECODE for q's format, else the target's default;
     launch_settings: fields of the variant's settings to replace (tuning, tests).
@@ -282,10 +304,10 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
                          f"{list(schedule_meta.shape)}")
     check_kernel_device("q[0]", device, paged_logits_kernel)
+    error_flag = check_error_flag(error_flag, device)
     chosen = select(Op.DECODE, scorer_target(device), kv_dtype, variant)
-    cap = min(width, block_table.shape[1] * view.page_size)
     if validate:
-        _validate_paged(view, context_lens, block_table, schedule_meta, cap)
+        _validate_paged(view, context_lens, block_table, schedule_meta, width)
 
     out = torch.empty((batch * next_n, width), dtype=torch.float32, device=device)
     if clean_logits:
@@ -294,6 +316,6 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         return out
     call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, schedule_meta,
                       out, view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads,
-                      head_dim, cap)    # FP8: the scale pointer is unused
+                      head_dim, width, view.num_pages, error_flag)    # FP8: the scale pointer is unused
     chosen.run(call, scorer_target(device), launch_settings)
     return out

@@ -21,6 +21,7 @@ from ._quant_details.kernels import (
 from .checks import (
     FP8_DTYPE,
     MX_BLOCK,
+    check_error_flag,
     check_int32_extent,
     check_kernel_device,
     check_same_device,
@@ -80,7 +81,8 @@ def _validate_slots(slot_mapping: torch.Tensor, num_slots: int) -> None:
 
 def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                               kv_dtype: str = "fp8", layout: str | None = None,
-                              scale_rule: str = CANONICAL_SCALE_RULE, *, validate: bool = False) -> None:
+                              scale_rule: str = CANONICAL_SCALE_RULE, *, validate: bool = False,
+                              error_flag: torch.Tensor | None = None) -> None:
     """Quantize K rows and write each into its cache slot, in place (vLLM's indexer_k_quant_and_cache).
 
     k:            [T, D] bf16/fp16/fp32, any strides ((D - 1) * stride(1) < 2^31: column offsets are 32-bit);
@@ -98,6 +100,8 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
                   (its scale is always the smallest 2^k with 448 * 2^k >= max(amax, 1e-4)).
     validate:     keyword-only. True (or MXIDX_VALIDATE=1) checks, with a device sync, that no slot is >= num_pages
                   * P (ValueError naming the first one); not allowed during CUDA-graph capture.
+    error_flag:   keyword-only; None or an int32 [4] flag (hw.checks.new_error_flag): a slot >= num_pages * P is
+                  reported there without a sync (ErrorKind.SLOT: the token and its slot, saturated to int32).
 
     Page bytes written per token (everything else in the pool is left untouched):
       fp8:          values e4m3fn at t*D + d; fp32 scale as 4 little-endian bytes at P*D + 4t.
@@ -118,22 +122,23 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
         raise ValueError(f"scale_rule applies to mxfp4 only; fp8 K scales have one definition (leave scale_rule "
                          f"at {CANONICAL_SCALE_RULE!r}), got {scale_rule!r}")
     num_slots = view.num_pages * view.page_size
+    error_flag = check_error_flag(error_flag, device)
     if validate_requested(validate):
         _validate_slots(slot_mapping, num_slots)
     if num_tokens == 0:
         return
     block_t = _rows_per_program()
     grid = (triton.cdiv(num_tokens, block_t),)
-    common = (k, kv_cache, slot_mapping, num_tokens, num_slots, view.page_stride,
-              *k.stride(), slot_mapping.stride(0))
+    common = (k, kv_cache, slot_mapping, slot_mapping if error_flag is None else error_flag, num_tokens, num_slots,
+              view.page_stride, *k.stride(), slot_mapping.stride(0))
     d_pad = triton.next_power_of_2(head_dim)
     if view.kv_dtype == "fp8":
         k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=block_t,
-                                       num_warps=NUM_WARPS)
+                                       HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS)
     else:
         k_quant_cache_mxfp4_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size,
                                          TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=block_t,
-                                         num_warps=NUM_WARPS)
+                                         HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS)
 
 
 def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) -> tuple[torch.Tensor, torch.Tensor]:

@@ -193,6 +193,7 @@ def _run_variant(model: IndexerModel, decision: GateDecision, pool_layout: PoolL
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         result.seconds[phase] = time.perf_counter() - start
+    run.pool.check_errors()       # an out-of-range index any kernel met (none: the demo's tables are valid)
     return result
 
 
@@ -203,9 +204,10 @@ class _VariantRun:
                  settings: DemoSettings, device: torch.device):
         self.model, self.settings, self.device = model, settings, device
         self.top_k = settings.resolved_top_k
-        pool = IndexerPool(pool_layout, device)
+        self.pool = pool = IndexerPool(pool_layout, device)
         self.hooks = [SparseIndexer(decision, pool.view(layer), top_k=self.top_k,
-                                    max_context_len=settings.max_context_len)
+                                    max_context_len=settings.max_context_len, pool_layout=pool.layout,
+                                    error_flag=pool.error_flag)
                       for layer in range(settings.model.num_layers)]
         self.pages_per_request = -(-settings.max_context_len // settings.page_size)
         gen = torch.Generator().manual_seed(settings.model.seed)

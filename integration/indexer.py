@@ -21,6 +21,9 @@ Per call: K is quantized and written into this layer's cache view (hw.indexer_k_
 
 The launchers are called through their torch custom ops (integration.ops), so torch.compile(fullgraph=True) traces a
 call without graph breaks.
+
+Every kernel call reports out-of-range integers (page ids, slots, contexts past the table) to the hook's error flag
+without a sync (hw.checks.ErrorKind); check_errors() raises on them where the caller syncs anyway.
 """
 from __future__ import annotations
 
@@ -29,12 +32,13 @@ from dataclasses import dataclass
 
 import torch
 
-from hw.checks import check_flag, check_tensor, validate_requested
+from hw.checks import check_error_flag, check_flag, check_tensor, new_error_flag, raise_if_flagged, validate_requested
 from hw.layout import check_cache_view, check_scorer_head_dim
 from hw.topk import MAX_K
 
 from . import ops
 from .gates import GateDecision
+from .pool import PoolLayout
 from .schedule import DecodeSchedule
 
 
@@ -87,16 +91,22 @@ class SparseIndexer:
     kv_cache:        this layer's view, uint8[num_pages, P, 1, bytes_per_token] (integration.pool)
     top_k:           indices returned per token, 1..2048 (hw.top_k_per_row's limit)
     max_context_len: width of the decode logits (the model's maximum context)
-    validate:        True (or MXIDX_VALIDATE=1) also checks what the hot path trusts, with device syncs (not
+    validate:        True (or MXIDX_VALIDATE=1) also checks what the hot path bounds, with device syncs (not
                      during CUDA-graph capture): every slot_mapping entry is negative or a slot of kv_cache, and
                      the block-table pages the gather and the scorer read are pages of kv_cache.
+    pool_layout:     the PoolLayout kv_cache was carved from (IndexerPool.layout). A cache's bytes do not say its
+                     format (68 bytes a token is both FP8 D = 64 and MXFP4 D = 128); given, the hook refuses a
+                     decision of another format or layout, and calls whose head dim is not the pool's.
+    error_flag:      the int32 [4] error flag the kernels report to (hw.checks.new_error_flag; IndexerPool.error_flag
+                     shares one among the layers); None: the hook makes its own. check_errors() reads it.
 
     Every call checks dtypes, shapes and devices on the host (no sync) and raises ValueError naming the argument
     before it writes the cache.
     """
 
     def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
-                 validate: bool = False):
+                 validate: bool = False, pool_layout: PoolLayout | None = None,
+                 error_flag: torch.Tensor | None = None):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k must be an int in 1..{MAX_K}, got {top_k!r}")
         if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 1:
@@ -109,6 +119,21 @@ class SparseIndexer:
         self.top_k = top_k
         self.max_context_len = max_context_len
         self.validate = check_flag("validate", validate)
+        if pool_layout is not None:
+            if not isinstance(pool_layout, PoolLayout):
+                raise ValueError(f"pool_layout must be an integration.pool.PoolLayout, got "
+                                 f"{type(pool_layout).__name__}")
+            if (pool_layout.kv_dtype, pool_layout.layout) != (self.kv_dtype, self.layout):
+                raise ValueError(f"the pool holds {pool_layout.kv_dtype} pages ({pool_layout.layout}) but the decision "
+                                 f"runs {self.kv_dtype} ({self.layout}): build the pool from the decision")
+        self.pool_layout = pool_layout
+        self.error_flag = (new_error_flag(kv_cache.device) if error_flag is None
+                           else check_error_flag(error_flag, kv_cache.device))
+
+    def check_errors(self) -> None:
+        """Raise ValueError naming the first out-of-range input a kernel of this hook (or of the layers sharing its
+        flag) met since the flag was last cleared; a device sync (hw.checks.raise_if_flagged)."""
+        raise_if_flagged(self.error_flag)
 
     @property
     def page_size(self) -> int:
@@ -127,6 +152,9 @@ class SparseIndexer:
         check_tensor("weights", weights, dtypes=torch.float32, shape=(num_tokens, num_heads), device=device)
         # the scorers' geometry rules too, so that a call they would refuse never writes the cache first
         check_scorer_head_dim("q", head_dim, self.layout)
+        if self.pool_layout is not None and head_dim != self.pool_layout.head_dim:
+            raise ValueError(f"q has head dim {head_dim}, but the pool holds {self.kv_dtype} pages of head dim "
+                             f"{self.pool_layout.head_dim}")
         if not torch.compiler.is_compiling():   # compiled, the writer op runs this check before it writes
             check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
@@ -143,7 +171,7 @@ class SparseIndexer:
         validate = validate_requested(self.validate)
         # everything is checked before the cache is touched (the writer's validate mode checks the slots first)
         ops.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, self.kv_dtype, self.layout,
-                                      self.scale_rule, validate)
+                                      self.scale_rule, validate, self.error_flag)
         q_pair, weights = self._quantize_q(q, weights)
         if isinstance(metadata, PrefillMetadata):
             return self._prefill(q_pair, weights, metadata, validate)
@@ -181,7 +209,8 @@ class SparseIndexer:
         first_key = (0, *itertools.accumulate(meta.seq_lens))   # request b's keys: first_key[b] .. first_key[b+1]
         cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
         kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
-                                                                   self.layout, first_key[-1], validate)
+                                                                   self.layout, first_key[-1], validate,
+                                                                   self.error_flag)
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
@@ -194,7 +223,7 @@ class SparseIndexer:
             starts = torch.zeros_like(ends)
             logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
                                             kv_values[keys], kv_scales[keys], weights[rows], starts, ends, False,
-                                            False)
+                                            False, self.error_flag)
             out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
             row += query_len
         return out
@@ -207,5 +236,5 @@ class SparseIndexer:
                 None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
         logits = ops.fp8_fp4_paged_mqa_logits(*q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
                                               sched.schedule_meta, self.max_context_len, False, self.layout,
-                                              validate)
+                                              validate, self.error_flag)
         return ops.top_k_per_row(logits, sched.row_lengths, self.top_k, None)

@@ -13,18 +13,20 @@ the fake implementations check nothing (the real call does, when it runs). The f
 op while torch.compile traces them and call the launcher directly otherwise: an eager call does not pay the
 dispatcher (about 20 us a call), and both paths run the same function.
 
-    indexer_k_quant_and_cache(k, kv_cache!, slot_mapping, kv_dtype, layout, scale_rule, validate) -> None
+    indexer_k_quant_and_cache(k, kv_cache!, slot_mapping, kv_dtype, layout, scale_rule, validate, error_flag!)
+        -> None
     quantize_q_fp8(q, weights) -> (values e4m3 [..., H, D], weights fp32 [..., H])
     quantize_q_mxfp4(q, scale_rule) -> (codes uint8 [..., H, D/2], scales uint8 [..., H, D/32])
-    cp_gather_indexer_k_quant_cache(kv_cache, block_table, cu_seq_lens, layout, num_tokens, validate) -> (values,
-        scales)                                         fp8: e4m3 [T, D], fp32 [T]; mxfp4: uint8 [T, D/2], [T, D/32]
-    fp8_fp4_mqa_logits(q_values, q_scales, kv_values, kv_scales, weights, ks, ke, clean_logits, validate)
-        -> fp32 [S, SK]
+    cp_gather_indexer_k_quant_cache(kv_cache, block_table, cu_seq_lens, layout, num_tokens, validate, error_flag!)
+        -> (values, scales)                             fp8: e4m3 [T, D], fp32 [T]; mxfp4: uint8 [T, D/2], [T, D/32]
+    fp8_fp4_mqa_logits(q_values, q_scales, kv_values, kv_scales, weights, ks, ke, clean_logits, validate,
+        error_flag!) -> fp32 [S, SK]
     fp8_fp4_paged_mqa_logits(q_values, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta,
-        max_context_len, clean_logits, layout, validate) -> fp32 [B*N, max_context_len]
+        max_context_len, clean_logits, layout, validate, error_flag!) -> fp32 [B*N, max_context_len]
     top_k_per_row(logits, lengths, k, starts) -> int32 [rows, k]
 
-(`!`: written in place.) The argument contracts are the launchers' (hw.quant, hw.gather, hw.logits, hw.topk).
+(`!`: written in place; error_flag is the hook's hw.checks error flag, which the kernels report to.) The argument
+contracts are the launchers' (hw.quant, hw.gather, hw.logits, hw.topk).
 Importing this module registers the ops once per process; like hw/, import it after choosing the device.
 """
 from __future__ import annotations
@@ -64,12 +66,12 @@ def _no_output(*args) -> None:
     return None
 
 
-@_traced("indexer_k_quant_and_cache", ("kv_cache",), _no_output)
+@_traced("indexer_k_quant_and_cache", ("kv_cache", "error_flag"), _no_output)
 def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_dtype: str,
-                              layout: str | None, scale_rule: str, validate: bool) -> None:
+                              layout: str | None, scale_rule: str, validate: bool, error_flag: torch.Tensor) -> None:
     """hw.indexer_k_quant_and_cache: quantize K [T, D] and write it into kv_cache's slots, in place."""
     hw.indexer_k_quant_and_cache(k, kv_cache, slot_mapping, kv_dtype=kv_dtype, layout=layout,
-                                 scale_rule=scale_rule, validate=validate)
+                                 scale_rule=scale_rule, validate=validate, error_flag=error_flag)
 
 
 def _quantize_q_fp8_fake(q, weights):
@@ -94,7 +96,7 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str) -> tuple[torch.Tensor, to
     return hw.quantize_q_mxfp4(q, scale_rule=scale_rule)
 
 
-def _gather_fake(kv_cache, block_table, cu_seq_lens, layout, num_tokens, validate):
+def _gather_fake(kv_cache, block_table, cu_seq_lens, layout, num_tokens, validate, error_flag):
     fmt = _kv_format(layout)
     head_dim = next(d for d in HEAD_DIMS if bytes_per_token(fmt, d) == kv_cache.shape[-1])
     if fmt == "fp8":
@@ -104,41 +106,42 @@ def _gather_fake(kv_cache, block_table, cu_seq_lens, layout, num_tokens, validat
             kv_cache.new_empty((num_tokens, head_dim // MX_BLOCK), dtype=torch.uint8))
 
 
-@_traced("cp_gather_indexer_k_quant_cache", (), _gather_fake)
+@_traced("cp_gather_indexer_k_quant_cache", ("error_flag",), _gather_fake)
 def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
-                                    layout: str, num_tokens: int, validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                                    layout: str, num_tokens: int, validate: bool,
+                                    error_flag: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """hw.cp_gather_indexer_k_quant_cache with the layout named and num_tokens given (no sync)."""
     return hw.cp_gather_indexer_k_quant_cache(kv_cache, block_table, cu_seq_lens, layout=layout,
-                                              num_tokens=num_tokens, validate=validate)
+                                              num_tokens=num_tokens, validate=validate, error_flag=error_flag)
 
 
-def _prefill_fake(q_values, q_scales, kv_values, kv_scales, weights, ks, ke, clean_logits, validate):
+def _prefill_fake(q_values, q_scales, kv_values, kv_scales, weights, ks, ke, clean_logits, validate, error_flag):
     return q_values.new_empty((q_values.shape[0], kv_values.shape[0]), dtype=torch.float32)
 
 
-@_traced("fp8_fp4_mqa_logits", (), _prefill_fake)
+@_traced("fp8_fp4_mqa_logits", ("error_flag",), _prefill_fake)
 def fp8_fp4_mqa_logits(q_values: torch.Tensor, q_scales: torch.Tensor | None, kv_values: torch.Tensor,
                        kv_scales: torch.Tensor, weights: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor,
-                       clean_logits: bool, validate: bool) -> torch.Tensor:
+                       clean_logits: bool, validate: bool, error_flag: torch.Tensor) -> torch.Tensor:
     """hw.fp8_fp4_mqa_logits((q_values, q_scales), (kv_values, kv_scales), ...) -> fp32 [S, SK]."""
     return hw.fp8_fp4_mqa_logits((q_values, q_scales), (kv_values, kv_scales), weights, ks, ke,
-                                 clean_logits=clean_logits, validate=validate)
+                                 clean_logits=clean_logits, validate=validate, error_flag=error_flag)
 
 
 def _decode_fake(q_values, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-                 clean_logits, layout, validate):
+                 clean_logits, layout, validate, error_flag):
     return q_values.new_empty((q_values.shape[0] * q_values.shape[1], max_context_len), dtype=torch.float32)
 
 
-@_traced("fp8_fp4_paged_mqa_logits", (), _decode_fake)
+@_traced("fp8_fp4_paged_mqa_logits", ("error_flag",), _decode_fake)
 def fp8_fp4_paged_mqa_logits(q_values: torch.Tensor, q_scales: torch.Tensor | None, kv_cache: torch.Tensor,
                              weights: torch.Tensor, context_lens: torch.Tensor, block_table: torch.Tensor,
                              schedule_meta: torch.Tensor, max_context_len: int, clean_logits: bool,
-                             layout: str | None, validate: bool) -> torch.Tensor:
+                             layout: str | None, validate: bool, error_flag: torch.Tensor) -> torch.Tensor:
     """hw.fp8_fp4_paged_mqa_logits((q_values, q_scales), ...) -> fp32 [B*N, max_context_len]."""
     return hw.fp8_fp4_paged_mqa_logits((q_values, q_scales), kv_cache, weights, context_lens, block_table,
                                        schedule_meta, max_context_len, clean_logits=clean_logits, layout=layout,
-                                       validate=validate)
+                                       validate=validate, error_flag=error_flag)
 
 
 def _top_k_fake(logits, lengths, k, starts):

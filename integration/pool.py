@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hw.checks import PAGE_STRIDE_ALIGN
+from hw.checks import PAGE_STRIDE_ALIGN, new_error_flag, raise_if_flagged
 from hw.layout import PAGE_SIZES, bytes_per_token, check_head_dim, resolve_layout
 
 UNUSED_FILL = 0xFF   # fresh pools are NaN-poisoned: a read of an unwritten page shows up as NaN, never as 0
@@ -86,9 +86,11 @@ class PoolLayout:
 class IndexerPool:
     """The pool tensor and its per-layer views.
 
-    pool:  uint8[pool_bytes] on `device`, filled with 0xFF
-    views: views[l] is layer l's kv_cache, uint8[num_pages, P, 1, bytes_per_token], stride (S, bpt, bpt, 1),
-           aliasing pool[view_offset(l) + b * S ...] (no copy)
+    pool:       uint8[pool_bytes] on `device`, filled with 0xFF
+    views:      views[l] is layer l's kv_cache, uint8[num_pages, P, 1, bytes_per_token], stride (S, bpt, bpt, 1),
+                aliasing pool[view_offset(l) + b * S ...] (no copy)
+    error_flag: one hw.checks error flag for every layer's hook (SparseIndexer(..., error_flag=pool.error_flag));
+                check_errors() reads it where the caller syncs anyway, clear_errors() resets it (graph-capturable)
     """
 
     def __init__(self, layout: PoolLayout, device: torch.device | str):
@@ -99,6 +101,14 @@ class IndexerPool:
         strides = (layout.page_stride, bpt, bpt, 1)
         self.views = tuple(torch.as_strided(self.pool, shape, strides, layout.view_offset(layer))
                            for layer in range(layout.num_layers))
+        self.error_flag = new_error_flag(device)
+
+    def check_errors(self) -> None:
+        """ValueError naming the first out-of-range input a kernel reported to error_flag (a device sync)."""
+        raise_if_flagged(self.error_flag)
+
+    def clear_errors(self) -> None:
+        self.error_flag.zero_()
 
     def view(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s kv_cache view (see the class docstring); ValueError if layer is out of range."""

@@ -77,6 +77,21 @@ def dequantize_kv(values, scales) -> np.ndarray:
     )
 
 
+def read_keys_or_nan(pool, geom, block_table_row, num_tokens: int) -> np.ndarray:
+    """Exact float64 k [num_tokens, D] of one sequence under the hot-path policy for bad page ids: the tokens of a
+    logical page i whose entry block_table_row[i] is not a page id in [0, geom.num_pages), or that lies past the
+    row (i >= len(block_table_row)), are NaN keys; every other page is read through sim.layout.read_tokens.
+    Entries past the pages covering num_tokens are never looked at."""
+    row = np.asarray(block_table_row)
+    P = geom.page_size
+    k = np.full((num_tokens, geom.head_dim), np.nan)
+    for i in range(-(-num_tokens // P)):
+        tokens = min(P, num_tokens - i * P)
+        if i < row.size and 0 <= row[i] < geom.num_pages:
+            k[i * P: i * P + tokens] = read_keys(pool, geom, row[i:i + 1], tokens)
+    return k
+
+
 def read_keys(pool, geom, block_table_row, num_tokens: int) -> np.ndarray:
     """Exact float64 k [num_tokens, D] of one sequence, read through sim.layout.read_tokens.
 
@@ -132,13 +147,21 @@ def decode_visible(context_lens, next_n: int, max_context_len: int, max_pages: i
     context_lens int[B] (1-D: ctx = max(0, context_lens[b] - N + n + 1), the N draft tokens of a sequence end at its
     last position) or int[B, N] (2-D: ctx = max(0, context_lens[b, n])); then clamped to max_context_len and to
     max_pages * page_size. A negative length sees nothing, as in the kernels' hot path (their validate mode
-    rejects it).
+    rejects it). These are the columns with a block-table entry; decode_logits scores the columns up to
+    max_context_len (decode_columns), the ones past max_pages * page_size being NaN.
     """
+    cap = min(_python_int(max_context_len, "max_context_len"),
+              _python_int(max_pages, "max_pages") * _python_int(page_size, "page_size"))
+    return decode_columns(context_lens, next_n, cap)
+
+
+def decode_columns(context_lens, next_n: int, max_context_len: int) -> np.ndarray:
+    """Columns decode_logits fills in every row r = b*N + n: int64[B*N], DESIGN §4's ctx(b, n) (decode_visible's)
+    clamped to max_context_len only."""
     n_rows = _python_int(next_n, "next_n")
     if n_rows < 1:
         raise ValueError(f"next_n must be >= 1, got {next_n}")
-    cap = min(_python_int(max_context_len, "max_context_len"),
-              _python_int(max_pages, "max_pages") * _python_int(page_size, "page_size"))
+    cap = _python_int(max_context_len, "max_context_len")
     lens = _int_array(context_lens, "context_lens", (1, 2))
     if lens.ndim == 2 and lens.shape[1] != n_rows:
         raise ValueError(f"2-D context_lens must be [B, next_n] = [B, {n_rows}], got {lens.shape}")
@@ -192,8 +215,7 @@ def _check_decode(q, geom, weights, context_lens, block_table, max_context_len):
     lens = np.asarray(context_lens)
     if lens.ndim >= 1 and lens.shape[0] != b:
         raise ValueError(f"context_lens must be [B] or [B, N] with B = {b}, got {lens.shape}")
-    visible = decode_visible(context_lens, n, max_context_len, block_table.shape[1], geom.page_size)
-    return q, weights, block_table, visible
+    return q, weights, block_table, decode_columns(context_lens, n, max_context_len)
 
 
 def _check_decode_pool(pool, geom):
@@ -270,10 +292,7 @@ def _decode(q, pool, geom, weights, context_lens, block_table, max_context_len, 
         num_tokens = int(visible[rows].max())
         if num_tokens == 0:
             continue
-        try:
-            k = read_keys(pool, geom, block_table[seq], num_tokens)
-        except ValueError as err:   # say which sequence's row is bad
-            raise ValueError(f"block_table[{seq}]: {err}") from None
+        k = read_keys_or_nan(pool, geom, block_table[seq], num_tokens)
         if magnitude:
             k = np.abs(k)
         row_scorer(np.ascontiguousarray(q[seq]), k, np.ascontiguousarray(weights[rows]), zeros, visible[rows],
@@ -301,9 +320,11 @@ def decode_logits(q, pool, geom, weights, context_lens, block_table, max_context
 
     q float[B, N, H, D] (dequantized: dequantize_q); pool uint8 bytes of the cache, geom its sim.layout.PageGeometry;
     weights float[B*N, H]; context_lens int[B] or int[B, N]; block_table int[B, max_pages] physical page ids.
-    Row r = b*N + n is scored against the first decode_visible(...)[r] tokens of sequence b, read through
-    sim.layout.read_tokens from the pages block_table[b, :ceil(max visible of b / P)] only. Invisible entries are
-    -inf (clean_logits=True) or NaN (clean_logits=False: unspecified by the contract).
+    Row r = b*N + n is scored against the first decode_columns(...)[r] tokens of sequence b (its context clamped to
+    max_context_len), read through sim.layout.read_tokens from the pages block_table[b, :ceil(max of those / P)]
+    only. The hot-path policy for bad inputs (read_keys_or_nan): the columns of a page whose block-table entry is
+    not a page id in [0, num_pages), or of a page past the row (a context longer than max_pages * P), are NaN.
+    Invisible entries are -inf (clean_logits=True) or NaN (clean_logits=False: unspecified by the contract).
     """
     return _decode(q, pool, geom, weights, context_lens, block_table, max_context_len,
                    _invisible_fill(clean_logits), score_rows_numpy)

@@ -16,7 +16,7 @@ class PrefillCall:
     q_v  uint8 [S, H, D] (FP8 bytes) or [S, H, D/2] (MXFP4 codes);  q_s  uint8 [S, H, D/32] (MXFP4) or q_v (FP8)
     k_v  uint8 [SK, D] or [SK, D/2];  k_s  fp32 [SK] (FP8) or uint8 [SK, D/32] (MXFP4)
     weights fp32 [S, H];  ks, ke int32 [S];  out fp32 [S, SK] (every entry is written when clean, else only the
-    visible ones).
+    visible ones);  error_flag: None or hw.checks' int32 [4] error flag the kernels report to.
     """
 
     q_v: torch.Tensor
@@ -30,6 +30,7 @@ class PrefillCall:
     num_heads: int
     head_dim: int
     clean: bool
+    error_flag: torch.Tensor | None = None
 
     @property
     def num_q(self) -> int:
@@ -49,7 +50,9 @@ class DecodeCall:
     mxfp4_tiled layout);  weights fp32 [B*N, H];  context_lens int32 [B] or [B, N];  block_table int32
     [B, max_pages] (stride(1) == 1);  schedule int32 [num_programs + 1, 2] (get_paged_mqa_logits_metadata);
     out fp32 [B*N, W], W = max_context_len (invisible entries already -inf when clean, else left alone);
-    cap = min(W, max_pages * P): the column limit of every row.
+    cap = W: the column limit of every row (visible columns past max_pages * P have no page and come out NaN);
+    num_cache_pages: the cache view's pages (page ids outside [0, num_cache_pages) are not read: NaN logits);
+    error_flag: None or hw.checks' int32 [4] error flag the kernels report to.
     """
 
     q_v: torch.Tensor
@@ -67,6 +70,8 @@ class DecodeCall:
     num_heads: int
     head_dim: int
     cap: int
+    num_cache_pages: int
+    error_flag: torch.Tensor | None = None
 
     @property
     def num_programs(self) -> int:

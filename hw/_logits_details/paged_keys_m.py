@@ -66,6 +66,7 @@ import dataclasses
 import triton
 import triton.language as tl
 
+from .._error_flag import INT32_MIN, KIND_CONTEXT_PAST_TABLE, KIND_PAGE_ID, report_if
 from .._quant_details.page_offsets import (
     MX_BLOCK,
     fp8_scale_base,
@@ -363,8 +364,8 @@ def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
 # ============================================================================================ tile pieces
 @triton.jit
 def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
-    """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = min(max_context_len, max_pages * P);
-    0 for the padding n >= N."""
+    """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = max_context_len (the columns past the
+    table are NaN: _tile_pages); 0 for the padding n >= N."""
     if CTX_2D:
         raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)
     else:
@@ -402,16 +403,40 @@ def _head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
 
 
 @triton.jit
-def _tile_pages(bt_row_ptr, first, num_pages, page_stride, t_page, TILE_PAGES: tl.constexpr):
-    """int64 [KEYS] page byte offsets (page_id.to(int64) * page_stride) of a tile's tokens; the block-table entries
-    at or past num_pages (the visible span) are not read (their tokens are masked by the caller)."""
+def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_stride, t_page,
+                TILE_PAGES: tl.constexpr):
+    """A tile's pages: (int64 [KEYS] page byte offsets page_id.to(int64) * page_stride, page_ok, bad_id; the last two
+    scalars when TILE_PAGES == 1, else bool / int32 [KEYS]). Block-table entries at or past num_pages (the visible
+    span) or max_pages (the table's width) are not read; a page is ok when its entry was read and lies in
+    [0, num_cache_pages). The offset of a page that is not ok is page 0's (the fold loop masks its keys; the exact
+    pass reads page 0 and drops the result), and bad_id is its entry where one was read and is out of range, else 0
+    (an id 0 is out of range only in a cache of no pages, where _report_pages finds every page bad anyway). One
+    compare per page, not per key, when TILE_PAGES == 1. Callers mask a tile's keys with
+    tok < where(page_ok, limit, 0)."""
     if TILE_PAGES == 1:
-        page_id = tl.load(bt_row_ptr + first)
-        return tl.zeros_like(t_page).to(tl.int64) + page_id.to(tl.int64) * page_stride
+        in_table = first < max_pages
+        page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0)
+        id_ok = (page_id >= 0) & (page_id < num_cache_pages)
+        ok = in_table & id_ok
+        page_off = tl.where(ok, page_id, 0).to(tl.int64) * page_stride
+        return tl.zeros_like(t_page).to(tl.int64) + page_off, ok, tl.where(in_table & ~id_ok, page_id, 0)
     else:
         page = first + t_page
-        page_id = tl.load(bt_row_ptr + page, mask=page < num_pages, other=0)
-        return page_id.to(tl.int64) * page_stride
+        in_table = (page < num_pages) & (page < max_pages)
+        page_id = tl.load(bt_row_ptr + page, mask=in_table, other=0)
+        id_ok = (page_id >= 0) & (page_id < num_cache_pages)
+        ok = in_table & id_ok
+        return tl.where(ok, page_id, 0).to(tl.int64) * page_stride, ok, tl.where(in_table & ~id_ok, page_id, 0)
+
+
+@triton.jit
+def _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P: tl.constexpr):
+    """After a program's tile loop: report a sequence longer than its block-table row (once, by chunk 0) and the
+    largest out-of-range page id the loop met (`met`: int32 [KEYS], the bad_id of _tile_pages kept per key)."""
+    report_if(flag_ptr, KIND_CONTEXT_PAST_TABLE, (chunk == 0) & (vis_max > max_pages * P), b, vis_max, True)
+    met_bad = (met < 0) | (met >= num_cache_pages)
+    report_if(flag_ptr, KIND_PAGE_ID, tl.max(met_bad.to(tl.int32)) > 0, b,
+              tl.max(tl.where(met_bad, met, INT32_MIN)), True)
 
 
 @triton.jit
@@ -450,7 +475,7 @@ def _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D: tl.constexpr):
 
 @triton.jit
 def _mx_keys(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, TILED: tl.constexpr):
-    """A tile's int32 [KEYS, D/8] code words and int32 [KEYS, D/32] E8M0 bytes (masked keys: 0 and 127)."""
+    """A tile's int32 [KEYS, D/8] code words and int32 [KEYS, D/32] E8M0 bytes (masked keys: 0 and 255, NaN)."""
     jw = tl.arange(0, D // (2 * WORD_BYTES))
     g = tl.arange(0, D // MX_BLOCK)
     # word jw of a token: 32-bit word jw % 4 of its 16-byte block jw // 4
@@ -458,26 +483,26 @@ def _mx_keys(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, 
     token_words = (cache_ptr + page_off + mxfp4_value_token_offset(t_in, P, D, TILED)).to(tl.pointer_type(tl.int32))
     words = tl.load(token_words[:, None] + word[None, :], mask=k_ok[:, None], other=0)
     scales = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED), mask=k_ok[:, None],
-                     other=E8M0_ONE)
+                     other=E8M0_NAN)
     return words, scales.to(tl.int32)
 
 
 
 @triton.jit
 def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, TILED: tl.constexpr):
-    """A tile's block scales packed per key: int64 [KEYS], byte g = block g's E8M0 byte (masked keys: 127 in every
-    byte of the D/32). Planar with D % 128 == 0: one 32-bit load per 4 blocks (a token's scale bytes are contiguous
-    and 4-byte aligned; the pipeliner can copy them asynchronously); else one byte load per block."""
+    """A tile's block scales packed per key: int64 [KEYS], byte g = block g's E8M0 byte (masked keys: 255, NaN, in
+    every byte of the D/32). Planar with D % 128 == 0: one 32-bit load per 4 blocks (a token's scale bytes are
+    contiguous and 4-byte aligned; the pipeliner can copy them asynchronously); else one byte load per block."""
     G: tl.constexpr = D // MX_BLOCK
     token = cache_ptr + page_off + mxfp4_scale_base(P, D) + mxfp4_scale_offset(t_in, 0, P, D, TILED)
     sw = tl.zeros(t_in.shape, tl.int64)
     if TILED or (D // (WORD_BYTES * MX_BLOCK)) * (WORD_BYTES * MX_BLOCK) != D:
         for g in tl.static_range(G):
-            byte = tl.load(token + g * mxfp4_scale_block_stride(P, TILED), mask=k_ok, other=E8M0_ONE)
+            byte = tl.load(token + g * mxfp4_scale_block_stride(P, TILED), mask=k_ok, other=E8M0_NAN)
             sw = sw | (byte.to(tl.int64) << (8 * g))
     else:
         for w in tl.static_range(G // WORD_BYTES):
-            word = tl.load(token.to(tl.pointer_type(tl.int32)) + w, mask=k_ok, other=E8M0_ONE * 0x01010101)
+            word = tl.load(token.to(tl.pointer_type(tl.int32)) + w, mask=k_ok, other=-1)     # 4 bytes 255
             sw = sw | ((word.to(tl.int64) & 0xFFFFFFFF) << (32 * w))
     return sw
 
@@ -485,25 +510,29 @@ def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.
 # ============================================================================================ the kernel
 @triton.jit
 def paged_keys_m_kernel(
-    q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    cap, page_stride,
+    q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr, flag_ptr,
+    cap, page_stride, max_pages, num_cache_pages,
     stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
     stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr,
+    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
-    cache: uint8 view base (page b at b * page_stride); w: fp32 [B*N, H]; ctx: int32 [B] or [B, N]; bt: int32
-    [B, max_pages]; out: fp32 [B*N, W]. Innermost dimensions contiguous; strides in elements. Grid (B, chunks)."""
+    cache: uint8 view base (page b at b * page_stride, num_cache_pages pages); w: fp32 [B*N, H]; ctx: int32 [B] or
+    [B, N]; bt: int32 [B, max_pages]; out: fp32 [B*N, W]; flag: int32 [4] error flag (HAS_FLAG). Innermost
+    dimensions contiguous; strides in elements. Grid (B, chunks).
+
+    Keys of a page that is not ok (_tile_pages: past the table, or an out-of-range id) are never loaded; their
+    scales load as NaN (FP8 scale NaN, E8M0 255), so their visible logits are NaN."""
     tl.static_assert(TILES <= MAX_TILES)
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     n = tl.arange(0, N_PAD)
     visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
     vis_max = tl.max(visible)
-    num_pages = tl.cdiv(vis_max, P)
+    num_pages = vis_max // P + (vis_max % P != 0).to(tl.int32)     # cdiv, without vis_max + P - 1's overflow
     first = chunk * (TILES * TILE_PAGES)
     if first < num_pages:
         KEYS: tl.constexpr = TILE_PAGES * P
@@ -521,6 +550,7 @@ def paged_keys_m_kernel(
         q_row_s = b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h
         w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0)
         out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
+        met = tl.zeros((KEYS,), tl.int32)           # HAS_FLAG: an out-of-range page id met by the key's lane
 
         if KV_FORMAT == FMT_FP8:
             d = tl.arange(0, D)
@@ -529,12 +559,15 @@ def paged_keys_m_kernel(
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 page_first = first + i * TILE_PAGES
                 tok = page_first * P + t
-                k_ok = tok < vis_max
-                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
+                                                        page_stride, t_page, TILE_PAGES)
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
+                if HAS_FLAG:
+                    met = tl.where(bad_id != 0, bad_id, met)
                 k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
-                                  .to(tl.pointer_type(tl.float32)), mask=k_ok, other=0.0)
+                                  .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
                 logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
                 tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
         elif MX_MODE == MX_DOT_SCALED:
@@ -545,12 +578,15 @@ def paged_keys_m_kernel(
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 page_first = first + i * TILE_PAGES
                 tok = page_first * P + t
-                k_ok = tok < vis_max
-                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
+                                                        page_stride, t_page, TILE_PAGES)
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
+                if HAS_FLAG:
+                    met = tl.where(bad_id != 0, bad_id, met)
                 kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
                              mask=k_ok[:, None], other=0)                                     # [KEYS, D/2]
                 ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
-                             mask=k_ok[:, None], other=E8M0_ONE)                              # [KEYS, D/32]
+                             mask=k_ok[:, None], other=E8M0_NAN)                              # [KEYS, D/32]
                 s = tl.dot_scaled(kv, ks, "e2m1", qt, qs, "e2m1")
                 tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
@@ -578,8 +614,11 @@ def paged_keys_m_kernel(
             for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
                 page_first = first + i * TILE_PAGES
                 tok = page_first * P + t
-                k_ok = tok < vis_max
-                page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
+                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
+                                                        page_stride, t_page, TILE_PAGES)
+                k_ok = tok < tl.where(page_ok, vis_max, 0)
+                if HAS_FLAG:
+                    met = tl.where(bad_id != 0, bad_id, met)
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
@@ -611,11 +650,20 @@ def paged_keys_m_kernel(
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
                         page_first = first + i * TILE_PAGES
                         tok = page_first * P + t
-                        page_off = _tile_pages(bt_row, page_first, num_pages, page_stride, t_page, TILE_PAGES)
-                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in, tok < vis_max, P, D, TILED)
+                        page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages,
+                                                                num_cache_pages, page_stride, t_page, TILE_PAGES)
+                        if HAS_FLAG:        # (the fold loop did not run for a wide query)
+                            met = tl.where(bad_id != 0, bad_id, met)
+                        # a bad page's keys keep the fold loop's NaN: not stored here (their page_off is page
+                        # 0's, a read inside the view whose result is dropped; no read at all without pages)
+                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in,
+                                               tok < tl.where(num_cache_pages > 0, vis_max, 0), P, D, TILED)
                         s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
+                        stored = tok < tl.where(page_ok, vis_max, 0)
                         tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
-                                 mask=tok[:, None] < visible[None, :])
+                                 mask=stored[:, None] & (tok[:, None] < visible[None, :]))
+        if HAS_FLAG:
+            _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 
 
 # ============================================================================================ launcher
@@ -657,8 +705,9 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
 
 
 def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, out, *, cap: int, page_stride: int,
-                        next_n: int, num_heads: int, head_dim: int, page_size: int, kv_dtype: str, tiled: bool,
-                        target: Target, path: str | None = None, settings: KeysMSettings | None = None) -> None:
+                        num_cache_pages: int, next_n: int, num_heads: int, head_dim: int, page_size: int,
+                        kv_dtype: str, tiled: bool, target: Target, path: str | None = None,
+                        settings: KeysMSettings | None = None, error_flag=None) -> None:
     """Write the visible logits of the paged decode scorer into `out` (DESIGN §4); other entries are untouched
     (fill `out` with -inf first for clean_logits).
 
@@ -671,16 +720,20 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
                     data_ptr % 16 == 0; page b at byte b * page_stride
       weights       fp32 [B*N, H], stride(1) == 1
       context_lens  int32 [B] or [B, N], innermost stride 1, values >= 0 (DESIGN §4's ctx(b, n))
-      block_table   int32 [B, max_pages], stride(1) == 1; entries inside each row's visible span are valid pages
+      block_table   int32 [B, max_pages], stride(1) == 1; any values (entries outside [0, num_cache_pages) inside a
+                    row's visible span: their keys are not read and their logits are NaN)
       out           fp32 [B*N, W], stride(1) == 1
-      cap           min(W, max_pages * P)
+      cap           W (visible columns past max_pages * P have no page: NaN)
       page_stride   bytes between pages, a multiple of 16 >= the page's bytes
+      num_cache_pages  the pages of the cache view (page ids at or past it are out of range)
       next_n        N >= 1; num_heads H (1..128 tested); head_dim D in 32, 64, 128, 256; page_size P in 16..256
       kv_dtype     "fp8" | "mxfp4"; tiled: the mxfp4_tiled layout (D % 128 == 0, P % 4 == 0)
       target        hw.targets.Target (hw.targets.target_of(device, paged_keys_m_kernel)); NVIDIA needs FP8 MMA
                     (compute capability >= 8.9)
       path          MXFP4 only: "fold" | "dot_scaled" (PATH_TARGETS), default DEFAULT_PATH[target]
       settings      keys_m_settings(target, ...) with tuning overrides; default keys_m_settings's defaults
+      error_flag    None or hw.checks' int32 [4] error flag: out-of-range page ids (ErrorKind.PAGE_ID) and contexts
+                    longer than the table (CONTEXT_PAST_TABLE) are reported there
     declared_precision(kv_dtype, head_dim, target, path) is the (n, u) of the result's bound.
     The grid is (B, cdiv(cdiv(cap, P), tiles * tile_pages)): fixed by shapes and cap, so a CUDA graph captured with
     short contexts replays correctly with long ones. ValueError for an unknown kv_dtype / target / path, a grid
@@ -699,13 +752,14 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
                          "tokens_per_program")
     q_s = q_s if mx else q_v        # FP8: the scale pointer is unused
     paged_keys_m_kernel[(batch, chunks)](
-        q_v, q_s, kv_cache, weights, context_lens, block_table, out,
-        cap, page_stride,
+        q_v, q_s, kv_cache, weights, context_lens, block_table, out, out if error_flag is None else error_flag,
+        cap, page_stride, block_table.shape[1], num_cache_pages,
         q_v.stride(0), q_v.stride(1), q_v.stride(2), q_s.stride(0), q_s.stride(1), q_s.stride(2),
         weights.stride(0), context_lens.stride(0), block_table.stride(0), out.stride(0),
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
-        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, num_warps=s.num_warps,
+        CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
+        num_warps=s.num_warps,
     )
 
 
@@ -716,11 +770,12 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
     kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
     s = keys_m_settings(target, kv_dtype, heads, next_n, page_size)
     path = DEFAULT_PATH[target] if kv_dtype == "mxfp4" else "mma"
-    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr")
-    types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32"}
+    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr", "flag_ptr")
+    types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "flag_ptr": "*i32"}
     return CompileSpec(
         label=f"paged_keys_m/{layout}/{path}/D{head_dim}/P{page_size}/N{next_n}/H{heads}", fn=paged_keys_m_kernel,
         signature={**{p: types.get(p, "*u8") for p in pointers}, "cap": "i32", "page_stride": "i32",
+                   "max_pages": "i32", "num_cache_pages": "i32",
                    **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
                                                "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
                                                "stride_bt_b", "stride_out_r")}},
@@ -728,7 +783,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k},
+                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
@@ -755,9 +810,10 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, su
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:
         launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out, cap=c.cap,
-                            page_stride=c.page_stride, next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim,
-                            page_size=c.page_size, kv_dtype=kv_dtype, tiled=c.tiled,
-                            target=target_of(c.out.device, paged_keys_m_kernel), path=path, settings=s)
+                            page_stride=c.page_stride, num_cache_pages=c.num_cache_pages, next_n=c.next_n,
+                            num_heads=c.num_heads, head_dim=c.head_dim, page_size=c.page_size, kv_dtype=kv_dtype,
+                            tiled=c.tiled, target=target_of(c.out.device, paged_keys_m_kernel), path=path,
+                            settings=s, error_flag=c.error_flag)
 
     specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_dtype == "fp8")]
     return Variant(name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=default_on,

@@ -53,25 +53,27 @@ def _launcher(kv_dtype: str, mx_path):
         c = call
         paged_logits_kernel[(c.num_programs,)](
             c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.schedule, c.out,
-            c.cap, c.page_stride,
+            c.out if c.error_flag is None else c.error_flag,
+            c.cap, c.page_stride, c.context_lens.shape[0], c.block_table.shape[1], c.num_cache_pages,
             c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
             c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
             N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size,
             PAGES_PER_STEP=s.pages_per_step, KV_FORMAT=KV_MXFP4 if kv_dtype == "mxfp4" else KV_FP8,
             TILED=c.tiled, CTX_2D=c.context_lens.dim() == 2, MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K,
-            num_warps=s.num_warps)
+            HAS_FLAG=c.error_flag is not None, num_warps=s.num_warps)
     return launch
 
 
 def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n: int, target: Target):
     kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
     s = paged_settings(kv_dtype, ISA_HEADS, next_n, page_size)
-    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr")
+    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr", "flag_ptr")
     return CompileSpec(
         label=f"paged_logits/{layout}/{'mma' if kv_dtype == 'fp8' else path}/D{head_dim}/P{page_size}/N{next_n}",
         fn=paged_logits_kernel,
         signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
-                   "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "cap": "i32", "page_stride": "i32",
+                   "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32", "cap": "i32",
+                   "page_stride": "i32", "batch": "i32", "max_pages": "i32", "num_cache_pages": "i32",
                    **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
                                                "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
                                                "stride_bt_b", "stride_out_r")}},
@@ -79,7 +81,7 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
                     "PAGES_PER_STEP": s.pages_per_step, "KV_FORMAT": (KV_MXFP4 if kv_dtype == "mxfp4"
                                                                       else KV_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_PATH": mx_path.value,
-                    "PROMOTE_K": FP8_PROMOTE_K},
+                    "PROMOTE_K": FP8_PROMOTE_K, "HAS_FLAG": False},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=kv_dtype == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64)
 

@@ -8,6 +8,7 @@ scored; keys outside [lo, hi) are never read. With clean_logits the other steps 
 import triton
 import triton.language as tl
 
+from .._error_flag import report_ranges
 from .scoring import fp8_tile, mxfp4_tile, weighted_head_sum
 
 KV_FP8 = tl.constexpr(0)
@@ -16,24 +17,31 @@ KV_MXFP4 = tl.constexpr(1)
 
 @triton.jit
 def prefill_logits_kernel(
-    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr,
+    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, flag_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_PER_PROGRAM: tl.constexpr,
     KV_FORMAT: tl.constexpr, MX_PATH: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+    HAS_FLAG: tl.constexpr,
 ):
     """q_v: fp8 bytes [S, H, D] or MXFP4 codes [S, H, D/2] (uint8); q_s: MXFP4 scales [S, H, D/32] (unused for
     fp8); k_v: [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H];
-    ks/ke int32 [S]; out fp32 [S, SK]. Innermost dimensions contiguous; strides in elements."""
+    ks/ke int32 [S]; out fp32 [S, SK]; flag int32 [4] error flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK
+    is reported by the programs of the first key span). Innermost dimensions contiguous; strides in elements.
+    Ranges are clamped: keys outside [0, SK) are never read."""
     pid_s = tl.program_id(0).to(tl.int64)
     span0 = tl.program_id(1) * KEYS_PER_PROGRAM
     span1 = tl.minimum(span0 + KEYS_PER_PROGRAM, SK)
     rows = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
     row_in = rows < S
     ks = tl.load(ks_ptr + rows, mask=row_in, other=0)
-    ke = tl.minimum(tl.load(ke_ptr + rows, mask=row_in, other=0), SK)
+    ke = tl.load(ke_ptr + rows, mask=row_in, other=0)
+    if HAS_FLAG:
+        if tl.program_id(1) == 0:
+            report_ranges(flag_ptr, rows, row_in, ks, ke, SK)
+    ke = tl.minimum(ke, SK)
     lo = tl.min(tl.where(ks < ke, ks, SK))      # union of the non-empty ranges of the block's rows
     hi = tl.max(ke)
     first = tl.maximum(span0, lo // BLOCK_N * BLOCK_N)     # scored steps: first <= j0 < last

@@ -48,6 +48,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._error_flag import report_ranges
 from .._quant_details.page_offsets import MX_BLOCK
 from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant
@@ -132,24 +133,29 @@ def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.c
 
 @triton.jit
 def prefill_keys_m_kernel(
-    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr,
+    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr,
+    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
     out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
     program, the exact pass (EXACT_PASS) reads them; FP8: unused). Innermost dimensions contiguous; strides in
-    elements; key offsets (column * stride) fit int32. Grid (cdiv(S, BLOCK_Q),)."""
+    elements; key offsets (column * stride) fit int32; flag: int32 [4] error flag (HAS_FLAG: a range outside
+    0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
     pid = tl.program_id(0).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
-    ks = tl.maximum(tl.load(ks_ptr + tokens, mask=row_in, other=0), 0)
-    ke = tl.minimum(tl.load(ke_ptr + tokens, mask=row_in, other=0), SK)
+    ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
+    ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
+    if HAS_FLAG and not EXACT_PASS:
+        report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
+    ks = tl.maximum(ks, 0)
+    ke = tl.minimum(ke, SK)
     busy = row_in & (ks < ke)
     hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
     lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
@@ -298,12 +304,14 @@ def _launcher(kv_dtype: str):
         for exact_pass in (False, True) if mx else (False,):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
+                call.out if call.error_flag is None else call.error_flag,
                 call.num_q, call.num_k,
                 call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
                 call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
+                HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
     return launch
 
@@ -313,7 +321,8 @@ def _launcher(kv_dtype: str):
 ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 #: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
 _ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
-_POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr")
+_POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr",
+             "flag_ptr")
 
 
 def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
@@ -322,7 +331,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
     mx = kv_dtype == "mxfp4"
     s = keys_m_prefill_settings(target, heads)
     types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
-             "out_ptr": "*fp32", "wide_ptr": "*i32"}
+             "out_ptr": "*fp32", "wide_ptr": "*i32", "flag_ptr": "*i32"}
     path = "exact" if exact_pass else "fold" if mx else "mma"
     return CompileSpec(
         label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
@@ -331,7 +340,8 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
-                    "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass},
+                    "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
+                    "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,))
 

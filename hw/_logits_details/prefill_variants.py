@@ -70,12 +70,13 @@ def _launcher(kv_dtype: str, mx_path):
         options = {"num_warps": s.num_warps} | ({} if s.num_stages is None else {"num_stages": s.num_stages})
         prefill_logits_kernel[grid](
             call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out,
-            call.num_q, call.num_k,
+            call.out if call.error_flag is None else call.error_flag, call.num_q, call.num_k,
             call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
             call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
             H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_S=s.block_s, BLOCK_N=s.block_n,
             KEYS_PER_PROGRAM=s.keys_per_program, KV_FORMAT=KV_MXFP4 if kv_dtype == "mxfp4" else KV_FP8,
-            MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K, CLEAN=call.clean, **options)
+            MX_PATH=mx_path, PROMOTE_K=FP8_PROMOTE_K, CLEAN=call.clean, HAS_FLAG=call.error_flag is not None,
+            **options)
     return launch
 
 
@@ -85,12 +86,14 @@ def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> C
     return CompileSpec(
         label=f"prefill_logits/{kv_dtype}/{'mma' if not mx else path}/D{head_dim}", fn=prefill_logits_kernel,
         signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
-                   "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "S": "i32", "SK": "i32",
+                   "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32",
+                   "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
         constexprs={"H": ISA_HEADS, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_S": s.block_s, "BLOCK_N": s.block_n,
                     "KEYS_PER_PROGRAM": s.keys_per_program, "KV_FORMAT": (KV_MXFP4 if mx else KV_FP8).value,
-                    "MX_PATH": mx_path.value, "PROMOTE_K": FP8_PROMOTE_K, "CLEAN": True},
+                    "MX_PATH": mx_path.value, "PROMOTE_K": FP8_PROMOTE_K, "CLEAN": True,
+                    "HAS_FLAG": False},
         num_warps=s.num_warps, targets=(target.isa_target,),
         scaled_mfma=mx and mx_path == MX_DOT_SCALED and head_dim >= 64,
         scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "")

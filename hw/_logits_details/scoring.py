@@ -81,7 +81,9 @@ def mxfp4_tile(q_v_ptr, q_s_ptr, q_row_v, q_row_s, q_ok,
     """fp32 [M, BN] dot products of M MXFP4 query rows with BN MXFP4 keys.
 
     q row m: codes at q_v_ptr + q_row_v[m] + j (j < D/2), scales at q_s_ptr + q_row_s[m] + g (g < D/32).
-    Keys: see the module docstring. Rows/keys with q_ok / k_ok False are not read (codes 0, scale 2^0).
+    Keys: see the module docstring. Rows with q_ok False are not read (codes 0, scale 2^0); keys with k_ok False
+    are not read either (codes 0, scale byte 255: NaN scores, which the callers never store as visible logits, and
+    which make the decode scorer's keys of a page without a valid id NaN).
     """
     if MX_PATH == MX_DOT_SCALED:
         j = tl.arange(0, D // 2)
@@ -90,7 +92,7 @@ def mxfp4_tile(q_v_ptr, q_s_ptr, q_row_v, q_row_s, q_ok,
         qs = tl.load(q_s_ptr + q_row_s[:, None] + g[None, :], mask=q_ok[:, None], other=E8M0_ONE)
         k_byte = (j // MX_BLOCK_BYTES) * k_blk_v + j % MX_BLOCK_BYTES
         kv = tl.load(k_v_ptr + k_tok_v[None, :] + k_byte[:, None], mask=k_ok[None, :], other=0)      # [D/2, BN]
-        ks = tl.load(k_s_ptr + k_tok_s[:, None] + g[None, :] * k_blk_s, mask=k_ok[:, None], other=E8M0_ONE)
+        ks = tl.load(k_s_ptr + k_tok_s[:, None] + g[None, :] * k_blk_s, mask=k_ok[:, None], other=E8M0_NAN_BYTE)
         acc = tl.dot_scaled(qv, qs, "e2m1", kv, ks, "e2m1")
     else:
         j = tl.arange(0, MX_BLOCK_BYTES)
@@ -101,7 +103,7 @@ def mxfp4_tile(q_v_ptr, q_s_ptr, q_row_v, q_row_s, q_ok,
             kv = tl.load(k_v_ptr + k_tok_v[:, None] + blk * k_blk_v + j[None, :], mask=k_ok[:, None], other=0)
             part = tl.dot(unpack_e2m1_block(qv, MX_PATH), tl.trans(unpack_e2m1_block(kv, MX_PATH)))
             qs = e8m0_to_f32(tl.load(q_s_ptr + q_row_s + blk, mask=q_ok, other=E8M0_ONE))
-            ks = e8m0_to_f32(tl.load(k_s_ptr + k_tok_s + blk * k_blk_s, mask=k_ok, other=E8M0_ONE))
+            ks = e8m0_to_f32(tl.load(k_s_ptr + k_tok_s + blk * k_blk_s, mask=k_ok, other=E8M0_NAN_BYTE))
             # part * 2^12 is the exact block sum; the scale product 2^(sq + sk) is exact while
             # -149 <= sq + sk <= 127 (DESIGN §4 keeps fixtures in -147..117), so the only rounding is the add.
             acc += (part * UNPACK_RESCALE) * (qs[:, None] * ks[None, :])

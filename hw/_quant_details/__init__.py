@@ -17,13 +17,14 @@ BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
 INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
 NUM_WARPS = 4
 
-_WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "num_tokens": "i32", "num_slots": "i32",
+_WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "flag_ptr": "*i32", "num_tokens": "i32", "num_slots": "i32",
                "page_stride": "i32", "stride_kt": "i32", "stride_kd": "i32", "stride_s": "i32"}
 
 
 def _writer_spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
     mx = layout != "fp8"
-    constexprs = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "P": page_size, "BLOCK_T": BLOCK_T}
+    constexprs = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "P": page_size, "BLOCK_T": BLOCK_T,
+                  "HAS_FLAG": False}
     if mx:
         constexprs |= {"TILED": layout == "mxfp4_tiled", "RULE": RULE_RCEIL.value}
     return CompileSpec(label=f"k_quant_cache/{layout}/D{head_dim}/P{page_size}",

@@ -9,6 +9,7 @@ before any offset arithmetic, and each token's page is addressed as `cache + pag
 import triton
 import triton.language as tl
 
+from .._error_flag import KIND_SLOT, report_if
 from .codecs import fp8_quantize_tile, mxfp4_quantize_tile
 from .page_offsets import (
     MX_BLOCK,
@@ -47,23 +48,28 @@ def _load_rows(x_ptr, rows, mask, stride_r, stride_c, D: tl.constexpr, D_PAD: tl
 
 
 @triton.jit
-def _slot_rows(slot_ptr, stride_s, num_tokens, num_slots, BLOCK_T: tl.constexpr):
-    """This program's rows (int64), their slots, and which rows write: 0 <= slot < num_pages * P (others skip)."""
+def _slot_rows(slot_ptr, flag_ptr, stride_s, num_tokens, num_slots, BLOCK_T: tl.constexpr, HAS_FLAG: tl.constexpr):
+    """This program's rows (int64), their slots, and which rows write: 0 <= slot < num_pages * P (negative slots
+    skip; slots past the cache skip too, reported with HAS_FLAG: the first such row and its slot)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     slot = tl.load(slot_ptr + rows * stride_s, mask=rows < num_tokens, other=-1)
+    if HAS_FLAG:
+        past = slot >= num_slots
+        first = tl.min(tl.where(past, rows, num_tokens))
+        report_if(flag_ptr, KIND_SLOT, first < num_tokens, first, tl.max(tl.where(rows == first, slot, -1)), True)
     return rows, slot, (slot >= 0) & (slot < num_slots)
 
 
 @triton.jit
-def k_quant_cache_mxfp4_kernel(k_ptr, cache_ptr, slot_ptr, num_tokens, num_slots, page_stride,
+def k_quant_cache_mxfp4_kernel(k_ptr, cache_ptr, slot_ptr, flag_ptr, num_tokens, num_slots, page_stride,
                                stride_kt, stride_kd, stride_s,
                                D: tl.constexpr, D_PAD: tl.constexpr, P: tl.constexpr, TILED: tl.constexpr,
-                               RULE: tl.constexpr, BLOCK_T: tl.constexpr):
+                               RULE: tl.constexpr, BLOCK_T: tl.constexpr, HAS_FLAG: tl.constexpr):
     """k [T, D] -> MXFP4 codes + E8M0 scales of token `slot` in page slot // P, token slot % P (planar or tiled).
 
     Writes exactly D/2 + D/32 bytes per written token, byte by byte; rows with an out-of-view slot write nothing.
     """
-    rows, slot, write = _slot_rows(slot_ptr, stride_s, num_tokens, num_slots, BLOCK_T)
+    rows, slot, write = _slot_rows(slot_ptr, flag_ptr, stride_s, num_tokens, num_slots, BLOCK_T, HAS_FLAG)
     x = _load_rows(k_ptr, rows, write, stride_kt, stride_kd, D, D_PAD)
     codes, scales = mxfp4_quantize_tile(x, D_PAD // MX_BLOCK, RULE)
     page = tl.where(write, slot // P, 0)
@@ -78,11 +84,12 @@ def k_quant_cache_mxfp4_kernel(k_ptr, cache_ptr, slot_ptr, num_tokens, num_slots
 
 
 @triton.jit
-def k_quant_cache_fp8_kernel(k_ptr, cache_ptr, slot_ptr, num_tokens, num_slots, page_stride,
+def k_quant_cache_fp8_kernel(k_ptr, cache_ptr, slot_ptr, flag_ptr, num_tokens, num_slots, page_stride,
                              stride_kt, stride_kd, stride_s,
-                             D: tl.constexpr, D_PAD: tl.constexpr, P: tl.constexpr, BLOCK_T: tl.constexpr):
+                             D: tl.constexpr, D_PAD: tl.constexpr, P: tl.constexpr, BLOCK_T: tl.constexpr,
+                             HAS_FLAG: tl.constexpr):
     """k [T, D] -> E4M3FN values + the fp32 per-token scale (4 little-endian bytes) of token `slot`."""
-    rows, slot, write = _slot_rows(slot_ptr, stride_s, num_tokens, num_slots, BLOCK_T)
+    rows, slot, write = _slot_rows(slot_ptr, flag_ptr, stride_s, num_tokens, num_slots, BLOCK_T, HAS_FLAG)
     x = _load_rows(k_ptr, rows, write, stride_kt, stride_kd, D, D_PAD)
     values, scale_bits = fp8_quantize_tile(x)
     page = tl.where(write, slot // P, 0)

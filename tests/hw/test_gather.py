@@ -90,6 +90,20 @@ def _as_bytes(values: torch.Tensor, scales: torch.Tensor) -> tuple[np.ndarray, n
     return values.numpy(), scales.numpy()
 
 
+def _assert_nan_tokens(case: GatherCase, values: np.ndarray, scales: np.ndarray, what: str) -> None:
+    """Every row is the gather's NaN token: fp8 values 0x7F and scale bits 0x7FC00000; mxfp4 codes 0, scales 255."""
+    assert values.shape[0] > 0, what
+    if case.kv_dtype == "fp8":
+        assert (values == 0x7F).all() and (scales == 0x7FC00000).all(), what
+    else:
+        assert (values == 0).all() and (scales == 255).all(), what
+
+
+def _flag(flag: torch.Tensor) -> tuple[int, int, int, int]:
+    count, kind, row, value = flag.tolist()
+    return count, hw.checks.ErrorKind(kind), row, value
+
+
 def _gather(case: GatherCase, pool: torch.Tensor, table: np.ndarray, device, **kw):
     return hw.cp_gather_indexer_k_quant_cache(torch_cache_view(pool, case.geom),
                                               torch.from_numpy(table).to(device),
@@ -174,16 +188,22 @@ def test_gather_num_tokens(extra, device):
     assert not values[n:].any() and not scales[n:].any()
 
 
-def test_gather_page_id_out_of_range_reads_zero(device):
-    """A corrupt page id inside a sequence's span is never dereferenced: that page's rows come out as zeros."""
+@pytest.mark.parametrize("bad_id", [7, -1, 1 << 30], ids=["num_pages", "-1", "2^30"])
+def test_gather_page_id_out_of_range_is_nan_and_flagged(bad_id, device):
+    """A corrupt page id inside a sequence's span is never dereferenced: that page's rows come out as NaN tokens,
+    and the error flag names the sequence and the id."""
     case = CASES[0]
+    assert case.geom.num_pages == 7
     pool_np = random_pool(case.geom, np.random.default_rng(6))
     table = _block_table(case, np.random.default_rng(7))
-    table[2, 1] = case.geom.num_pages  # sequence 2 (17 tokens): its second page
-    values, scales = _as_bytes(*_gather(case, host_to_device(pool_np, device), table, device))
+    table[2, 1] = bad_id  # sequence 2 (17 tokens): its second page
+    flag = hw.checks.new_error_flag(device)
+    values, scales = _as_bytes(*_gather(case, host_to_device(pool_np, device), table, device, error_flag=flag))
     start = _cu(case.seq_lens)[2]
     bad = slice(start + 16, start + 17)
-    assert not values[bad].any() and not scales[bad].any()
+    _assert_nan_tokens(case, values[bad], scales[bad], "the corrupt page's token")
+    count, kind, row, value = _flag(flag)
+    assert count >= 1 and (kind, row, value) == (hw.checks.ErrorKind.PAGE_ID, 2, bad_id)
     good_table = table.copy()
     good_table[2, 1] = 0
     want_values, _ = _expected(pool_np, case.geom, good_table, case.seq_lens)
@@ -191,10 +211,11 @@ def test_gather_page_id_out_of_range_reads_zero(device):
     assert_exact(values[bad.stop:], want_values[bad.stop:], "values after the corrupt page")
 
 
-def test_gather_rows_before_cu_seq_lens_start_read_zero(device):
-    """cu_seq_lens not starting at 0 (invalid; validate=True rejects it): the rows before cu_seq_lens[0] belong to
-    no sequence and come out as zeros. The block table is a view one entry into a buffer whose entry before it is a
-    valid page id, so reading block_table[0, -1] (the logical page of a negative position) would copy that page."""
+def test_gather_rows_before_cu_seq_lens_start_are_nan(device):
+    """cu_seq_lens not starting at 0 (invalid; validate=True rejects it, the flag reports it): the rows before
+    cu_seq_lens[0] have no position in sequence 0 and come out as NaN tokens. The block table is a view one entry
+    into a buffer whose entry before it is a valid page id, so reading block_table[0, -1] (the logical page of a
+    negative position) would copy that page."""
     case = CASES[2]
     pool_np = random_pool(case.geom, np.random.default_rng(8))
     table = _block_table(case, np.random.default_rng(9))
@@ -204,9 +225,12 @@ def test_gather_rows_before_cu_seq_lens_start_read_zero(device):
     cu = _cu(case.seq_lens)
     shifted = torch.from_numpy((cu + 2).astype(np.int32)).to(device)  # rows 0 and 1 precede sequence 0
     pool = host_to_device(pool_np, device)
+    flag = hw.checks.new_error_flag(device)
     values, scales = _as_bytes(*hw.cp_gather_indexer_k_quant_cache(
-        torch_cache_view(pool, case.geom), table_t, shifted, layout=case.layout, num_tokens=int(cu[-1]) + 2))
-    assert not values[:2].any() and not scales[:2].any()
+        torch_cache_view(pool, case.geom), table_t, shifted, layout=case.layout, num_tokens=int(cu[-1]) + 2,
+        error_flag=flag))
+    _assert_nan_tokens(case, values[:2], scales[:2], "rows before cu_seq_lens[0]")
+    assert _flag(flag)[1:] == (hw.checks.ErrorKind.CU_SEQ_LENS, 0, 2)
     want_values, want_scales = _expected(pool_np, case.geom, table, case.seq_lens)
     assert_exact(values[2:], want_values, "values after the offset start")
     assert_exact(scales[2:], want_scales, "scales after the offset start")

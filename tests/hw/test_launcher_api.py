@@ -27,20 +27,20 @@ SIGNATURES = {
     "fp8_fp4_mqa_logits": (
         _params("q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end", ("clean_logits", True),
                 ("max_seqlen_k", 0), ("logits_dtype", torch.float32)),
-        _params(("validate", False), ("variant", None), ("launch_settings", None))),
+        _params(("validate", False), ("variant", None), ("launch_settings", None), ("error_flag", None))),
     "get_paged_mqa_logits_metadata": (_params("context_lens", "block_kv", "num_sms"), []),
     "fp8_fp4_paged_mqa_logits": (
         _params("q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "max_context_len",
                 ("clean_logits", False), ("logits_dtype", torch.float32), ("layout", None), ("validate", False)),
-        _params(("indices", None), ("variant", None), ("launch_settings", None))),
+        _params(("indices", None), ("variant", None), ("launch_settings", None), ("error_flag", None))),
     "indexer_k_quant_and_cache": (
         _params("k", "kv_cache", "slot_mapping", ("kv_dtype", "fp8"), ("layout", None), ("scale_rule", "rceil")),
-        _params(("validate", False))),
+        _params(("validate", False), ("error_flag", None))),
     "cp_gather_indexer_k_quant_cache": (
         _params("kv_cache", "block_table", "cu_seq_lens", ("layout", None)),
-        _params(("num_tokens", None), ("validate", False))),
+        _params(("num_tokens", None), ("validate", False), ("error_flag", None))),
     "top_k_per_row": (_params("logits", "lengths", "k"),
-                      _params(("starts", None), ("variant", None), ("launch_settings", None))),
+                      _params(("starts", None), ("out", None), ("variant", None), ("launch_settings", None))),
     "quantize_q_mxfp4": (_params("q", ("scale_rule", "rceil")), []),
     "quantize_q_fp8": (_params("q", "weights"), []),
 }

@@ -72,7 +72,7 @@ CASES = [
     DecodeCase("mxfp4", 128, 64, 4, 1, (100, 64), 80, 2),                      # max_context_len clips contexts
     DecodeCase("fp8", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4, nan_token=(2, 17)),
     DecodeCase("fp8", 64, 64, 7, 2, ((65, 66), (3, 0)), 70, 2, clean=True),
-    DecodeCase("fp8", 32, 16, 2, 1, (40,), 48, 2),                              # max_pages * P clips the context
+    DecodeCase("fp8", 32, 16, 2, 1, (40,), 48, 2),                              # past max_pages * P: NaN columns
 ]
 
 
@@ -163,7 +163,8 @@ def check_paged_case(case: DecodeCase, variant, device, launch_settings=None):
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
     bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len,
                                       n_roundings=n, u=u)
-    visible = None if case.clean else scorer.visible_mask(_visible(case), case.max_context_len)
+    columns = scorer.decode_columns(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len)
+    visible = None if case.clean else scorer.visible_mask(columns, case.max_context_len)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), ref, bound, visible=visible)
     assert result.compared > 0
     if case.nan_token is not None:

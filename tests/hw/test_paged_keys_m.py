@@ -71,7 +71,7 @@ CASES = [
     Case("mxfp4", 128, 16, 3, 1, (0, 1, 33, 16), 48, 4, nan_token=(2, 17),
          spans=(((1, 0), 11), ((2, 6), 12), ((3, 9), 30))),
     Case("fp8", 64, 64, 7, 2, ((65, 66), (3, 0)), 70, 2),                       # 2-D context_lens, next_n 2
-    Case("fp8", 32, 16, 2, 1, (40,), 48, 2),                                    # max_pages * P clips the context
+    Case("fp8", 32, 16, 2, 1, (40,), 48, 2),                                    # past max_pages * P: NaN columns
     Case("mxfp4", 64, 16, 5, 2, (17, 2, 0), 40, 3, spans=(((0, 16), 13),)),       # next_n 2, 1-D
     Case("mxfp4", 32, 16, 1, 2, ((5, 9), (0, 0), (16, 1)), 20, 2, nan_token=(0, 3)),   # 2-D, D 32
     Case("mxfp4_tiled", 128, 16, 2, 1, (31, 20), 40, 2, spans=(((0, 3), 15),)),
@@ -179,8 +179,8 @@ def run_case(case: Case, target: Target, path: str | None, device):
     out = torch.full((rows, case.max_context_len), UNTOUCHED, dtype=torch.float32, device=device)
     km.launch_paged_keys_m(q_v, q_s, torch_cache_view(host_to_device(pool, device), geom), w_t, ctx,
                            torch.from_numpy(block_table).to(device), out,
-                           cap=min(case.max_context_len, case.max_pages * case.page_size),
-                           page_stride=geom.page_stride, next_n=case.next_n, num_heads=case.heads,
+                           cap=case.max_context_len, page_stride=geom.page_stride, num_cache_pages=geom.num_pages,
+                           next_n=case.next_n, num_heads=case.heads,
                            head_dim=case.head_dim, page_size=case.page_size, kv_dtype=case.kv_dtype,
                            tiled=case.layout == "mxfp4_tiled", target=target, path=path,
                            settings=km.keys_m_settings(target, case.kv_dtype, case.heads, case.next_n,
@@ -190,7 +190,8 @@ def run_case(case: Case, target: Target, path: str | None, device):
     n, u = km.declared_precision(case.kv_dtype, case.head_dim, target, path)
     ref = scorer.decode_logits(*args, clean_logits=True)
     bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)
-    return out.cpu().numpy(), ref, bound, scorer.visible_mask(_visible(case), case.max_context_len)
+    columns = scorer.decode_columns(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len)
+    return out.cpu().numpy(), ref, bound, scorer.visible_mask(columns, case.max_context_len)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -255,7 +256,8 @@ def test_wide_key_is_scored_exactly(layout, device):
                            torch_cache_view(host_to_device(pool, device), geom), torch.ones((1, 1), device=device),
                            torch.ones(1, dtype=torch.int32, device=device),
                            torch.tensor([[1, SENTINELS[0]]], dtype=torch.int32, device=device), out,
-                           cap=1, page_stride=geom.page_stride, next_n=1, num_heads=1, head_dim=D, page_size=P,
+                           cap=1, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1,
+                           num_heads=1, head_dim=D, page_size=P,
                            kv_dtype="mxfp4", tiled=layout == "mxfp4_tiled",
                            target=target_of(device, km.paged_keys_m_kernel), path="fold")
     assert float(out[0, 0]) == 1 + 96 * 2.0 ** tiny
@@ -280,7 +282,8 @@ def test_pages_past_4_6_gb(kv_dtype, layout, device):
     km.launch_paged_keys_m(q_v.view(torch.uint8), q_s, torch_cache_view(large.pool_t, large.geom),
                            torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
                            torch.from_numpy(large.block_table).to(device), out, cap=P,
-                           page_stride=large.geom.page_stride, next_n=1, num_heads=heads, head_dim=D, page_size=P,
+                           page_stride=large.geom.page_stride, num_cache_pages=large.geom.num_pages, next_n=1,
+                           num_heads=heads, head_dim=D, page_size=P,
                            kv_dtype=kv_dtype, tiled=layout == "mxfp4_tiled", target=target)
     args = (q64, large.sim_pool, large.geom, w, ctx, large.block_table, P)
     n, u = km.declared_precision(kv_dtype, D, target)
@@ -461,7 +464,7 @@ def test_launcher_rejects_unknown_names():
     args = [torch.zeros(1, 1, 1, 16, dtype=torch.uint8), None, torch.zeros(64, dtype=torch.uint8),
             torch.zeros(1, 1), torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32),
             torch.zeros(1, 1)]
-    kw = dict(cap=1, page_stride=16, next_n=1, num_heads=1, head_dim=32, page_size=16, tiled=False)
+    kw = dict(cap=1, page_stride=16, num_cache_pages=1, next_n=1, num_heads=1, head_dim=32, page_size=16, tiled=False)
     with pytest.raises(ValueError, match="kv_dtype"):
         km.launch_paged_keys_m(*args, **kw, kv_dtype="fp4", target=Target.INTERPRETER)
     with pytest.raises(ValueError, match="target"):

@@ -317,3 +317,48 @@ def test_a_call_the_scorers_refuse_never_writes_the_cache(kv_dtype, head_dim, by
     with pytest.raises(ValueError, match=message):
         hook(q, k, w, PrefillMetadata(torch.arange(3, device=device), bt, (3,), (3,)))
     assert bool((pool == 0xFF).all())
+
+
+def test_the_pool_format_closes_the_68_byte_ambiguity(device):
+    """FP8 D = 64 and MXFP4 D = 128 pages both hold 68 bytes a token: given the pool's layout, the hook refuses a
+    decision of the other format and a q of the other head dim before touching the cache."""
+    fp8_pool = IndexerPool(PoolLayout("fp8", None, 1, 4, 16, 64), device)
+    mx = IndexerConfig("mxfp4")
+    assert fp8_pool.view(0).shape[3] == 68
+    with pytest.raises(ValueError, match="the pool holds fp8 pages"):
+        SparseIndexer(GateDecision(mx, mx, None, "test"), fp8_pool.view(0), top_k=4, max_context_len=32,
+                      pool_layout=fp8_pool.layout)
+    mx_pool = IndexerPool(PoolLayout("mxfp4", None, 1, 4, 16, 128), device)
+    fp8 = IndexerConfig("fp8")
+    with pytest.raises(ValueError, match="the pool holds mxfp4"):
+        SparseIndexer(GateDecision(fp8, fp8, None, "test"), mx_pool.view(0), top_k=4, max_context_len=32,
+                      pool_layout=mx_pool.layout)
+    hook = SparseIndexer(GateDecision(mx, mx, None, "test"), mx_pool.view(0), top_k=4, max_context_len=32,
+                         pool_layout=mx_pool.layout, error_flag=mx_pool.error_flag)
+    bt = torch.tensor([[0, 1]], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="head dim 64"):
+        hook(torch.ones(3, 2, 64, dtype=torch.bfloat16, device=device),
+             torch.ones(3, 64, dtype=torch.bfloat16, device=device), torch.ones(3, 2, device=device),
+             PrefillMetadata(torch.arange(3, device=device), bt, (3,), (3,)))
+    assert bool((mx_pool.pool == 0xFF).all())
+
+
+def test_the_hook_reports_out_of_range_page_ids_through_the_pool_flag(device):
+    """A block-table entry that is no page: no crash, and check_errors (hook or pool: one flag) names it."""
+    pool = IndexerPool(PoolLayout("fp8", None, 2, 4, 16, 64), device)
+    config = IndexerConfig("fp8")
+    hooks = [SparseIndexer(GateDecision(config, config, None, "test"), view, top_k=4, max_context_len=32,
+                           pool_layout=pool.layout, error_flag=pool.error_flag) for view in pool.views]
+    q = torch.ones(3, 2, 64, dtype=torch.bfloat16, device=device)
+    k = torch.ones(3, 64, dtype=torch.bfloat16, device=device)
+    meta = PrefillMetadata(torch.arange(3, device=device), torch.tensor([[0, 1]], dtype=torch.int32, device=device),
+                           (3,), (3,))
+    hooks[0](q, k, torch.ones(3, 2, device=device), meta)
+    pool.check_errors()                                   # valid so far
+    bad = PrefillMetadata(torch.arange(3, device=device) + 16,
+                          torch.tensor([[1 << 30, 1]], dtype=torch.int32, device=device), (19,), (3,))
+    hooks[1](q, k, torch.ones(3, 2, device=device), bad)
+    with pytest.raises(ValueError, match="page id 1073741824"):
+        hooks[0].check_errors()
+    pool.clear_errors()
+    pool.check_errors()
