@@ -91,6 +91,11 @@ FP8_PROMOTE_K = 0
 #: chain per warpgroup); AMD: the same tiles; the interpreter pays per Triton operation, not per element: large
 #: tiles, no pipelining
 TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
+#: MXFP4 up to D = 128 where it differs: on the H200, 256 columns and 4 stages convert each key tile once for
+#: twice the query tokens (8192 x 8192 x H32: 924 us against 974 us, docs/perf/h200-prefill-keys-m-tune.json); at
+#: D = 256 that tile spills
+TILES_MXFP4 = {Target.NVIDIA: (256, 64, 4, 4)}
+TILES_MXFP4_MAX_D = 128
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
@@ -281,10 +286,11 @@ class KeysMPrefillSettings:
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
 
 
-def keys_m_prefill_settings(target: Target, num_heads: int) -> KeysMPrefillSettings:
-    """The default settings on `target` for H = num_heads: BLOCK_Q * H_PAD = TILES' MMA columns where H fits
-    (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
-    columns, block_k, num_warps, num_stages = TILES[target]
+def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
+    """The default settings on `target` for `kv_dtype` inputs, H = num_heads and D = head_dim: BLOCK_Q * H_PAD = the
+    MMA columns of TILES (TILES_MXFP4) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
+    tiles = TILES_MXFP4 if kv_dtype == "mxfp4" and head_dim <= TILES_MXFP4_MAX_D else {}
+    columns, block_k, num_warps, num_stages = tiles.get(target, TILES[target])
     h_pad = triton.next_power_of_2(num_heads)
     block_q = max(1, columns // h_pad)
     return KeysMPrefillSettings(
@@ -329,7 +335,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
     """The kernel as the launcher runs it by default on `target` (NVIDIA: sm90, AMD: gfx950); MXFP4: its fold
     pass, or with exact_pass its exact pass."""
     mx = kv_dtype == "mxfp4"
-    s = keys_m_prefill_settings(target, heads)
+    s = keys_m_prefill_settings(target, kv_dtype, heads, head_dim)
     types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
              "out_ptr": "*fp32", "wide_ptr": "*i32", "flag_ptr": "*i32"}
     path = "exact" if exact_pass else "fold" if mx else "mma"
@@ -353,7 +359,7 @@ def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Vari
         # the NVIDIA default: 3.5x (FP8) and 3.9x (MXFP4) the heads-on-M kernel's rate (docs/perf/h200-bench.md);
         # AMD and the interpreter keep prefill_variants' until measured
         name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=frozenset({Target.NVIDIA}),
-        settings=lambda target, call: keys_m_prefill_settings(target, call.num_heads),
+        settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim),
         launch=_launcher(kv_dtype), precision=declared_precision,
         isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
                                 for exact in ((False, True) if kv_dtype == "mxfp4" else (False,))),
