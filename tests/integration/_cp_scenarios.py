@@ -7,7 +7,8 @@ maximum context of 64. The same token inputs (q, k, weights per request and posi
     run_reference(scenario, device)        one process: SparseIndexer over one pool holding every key
     run_sharded(scenario, device, group)   a rank of `group`: ContextParallelIndexer over the rank's own pool
 
-and each returns the hook's outputs of the three calls; the tests require them equal, bit for bit.
+and each returns the hook's outputs of the three calls (on a GPU also the decode call captured in a CUDA graph
+and replayed); the tests require them equal, bit for bit.
 
 The keys are built to exercise the merge: context lengths not divisible by the ranks, a 3-token request of which
 most ranks hold no key, NaN keys (positions p % 11 == 2), one key vector repeated at the other p % 4 == 1 (its logits
@@ -175,7 +176,19 @@ def _run(scenario: Scenario, device: torch.device, hook, block_table: torch.Tens
             schedule.update(torch.tensor(context, dtype=torch.int32, device=device))
             meta = DecodeMetadata(slots, block_table, schedule)
         outputs.append(hook(q, k, w, meta).cpu())
+        if chunk is None and device.type == "cuda":
+            outputs.append(_replayed(lambda: hook(q, k, w, meta)).cpu())
     return outputs
+
+
+def _replayed(call) -> torch.Tensor:
+    """The output of `call` captured in a CUDA graph (collectives included) and replayed once."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
 
 
 def _block_table(pages_per_request: int, seed: int, device) -> torch.Tensor:
