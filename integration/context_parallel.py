@@ -28,8 +28,9 @@ beaten by fewer than k keys globally is beaten by fewer than k of its rank's), a
 same fp32 values with the same kernel, ties broken by column = by global position. Rows with fewer than k visible
 keys are padded with -1.
 
-Cost of the merge per call: every rank receives R x rows x k x 8 bytes (rows = T query rows; 4 bytes of value and
-4 of position per candidate), then sorts R * k int32 positions and runs one top-k of width R * k per row.
+Cost of the merge per call: the all-gather's output on every rank is R x rows x k x 8 bytes (rows = T query rows;
+4 bytes of value and 4 of position per candidate), (R - 1) x rows x k x 8 of them from the other ranks; then every
+rank sorts R * k int32 positions and runs one top-k of width R * k per row.
 
 Decode stays CUDA-graph capturable: fixed shapes (the local logits are [B*N, local width], the candidates
 [R * B*N, 2k]), no host sync; NCCL's all-gather is captured like any kernel. Prefill is eager, like the
@@ -162,7 +163,8 @@ def merge_top_k(values: torch.Tensor, positions: torch.Tensor, group=None) -> to
                position asc) with +inf > finite > -inf > NaN, -0.0 == +0.0 and all NaNs equal (the order of
                hw.top_k_per_row, which makes the selection), -1 padded.
 
-    Sends rows x k x 8 bytes per rank, receives R times that. No host sync (graph-capturable under NCCL).
+    Each rank contributes rows x k x 8 bytes and gathers R times that. No host sync (graph-capturable under
+    NCCL).
     """
     check_tensor("values", values, dtypes=torch.float32, ndim=2, contiguous=True)
     rows, k = values.shape
