@@ -226,14 +226,16 @@ def _write(opts: Options, rows: list[dict], world: int, device: str) -> None:
     os.makedirs(opts.out, exist_ok=True)
     with open(os.path.join(opts.out, "cp-bench.json"), "w") as f:
         json.dump({"device": device, "gpus": world, "options": asdict(opts), "rows": rows}, f, indent=1)
+    sharding = opts.scheme + (f" (interleave {opts.interleave})" if opts.scheme == "interleaved" else "")
+    decode_timing = "median of CUDA-graph replays" if opts.timing == "graph" else "mean of eager calls"
     with open(os.path.join(opts.out, "cp-bench.md"), "w") as f:
-        f.write(f"# Context-parallel indexing: 1 vs {world} GPUs\n\n{world} x {device}; "
-                f"H {opts.heads}, D {opts.head_dim}, P {opts.page_size}, top_k {opts.top_k}, next_n {opts.next_n}, "
-                f"prefill chunk {opts.prefill_queries} queries; sharding {opts.scheme}"
-                f"{f' (interleave {opts.interleave})' if opts.scheme == 'interleaved' else ''}. Decode: one layer's "
-                f"hook call, median of CUDA-graph replays ({opts.timing}); prefill: mean of eager calls. Time per "
-                f"GPU group is the slowest rank's. All-gather: the bytes each rank receives per call ({world} x rows x "
-                f"top_k x 8). Command: `python -m tools.bench_cp` with the options recorded in cp-bench.json.\n\n")
+        f.write(f"# Context-parallel indexing: 1 vs {world} GPUs\n\n"
+                f"{world} x {device}; H {opts.heads}, D {opts.head_dim}, P {opts.page_size}, top_k {opts.top_k}, "
+                f"next_n {opts.next_n}, prefill chunk {opts.prefill_queries} queries; sharding {sharding}. "
+                f"Decode: one layer's hook call, {decode_timing}; prefill: mean of eager calls. Time per GPU group "
+                f"is the slowest rank's. All-gather: its output on each rank per call ({world} x rows x top_k x 8 "
+                f"bytes, {world - 1}/{world} of it over the links). Command: `python -m tools.bench_cp` with the "
+                f"options recorded in cp-bench.json.\n\n")
         f.write(_table(rows, world))
 
 
