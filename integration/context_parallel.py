@@ -18,15 +18,16 @@ owns: their slots are -1, `Sharding.slot_mapping`).
 Scoring: decode runs hw.fp8_fp4_paged_mqa_logits over the rank's pages with local context lengths
 (`ContextParallelSchedule`), prefill gathers the rank's keys of each request and runs hw.fp8_fp4_mqa_logits over
 local causal ranges. A logit depends only on q, the weights and that key's bytes, so a rank's logits are bit for bit
-the ones one device computes for the same keys. Each rank takes its local top-k (hw.top_k_per_row), maps it to
-global positions, and `merge_top_k` all-gathers the k candidates of every row (fp32 values and int32 positions: the
-one collective of a call) and selects the global top-k among them with hw.top_k_per_row, over the candidates
-ordered by global position. That is exactly the single-device result, in the single-device order: the rule of
-DESIGN §4, (value desc, position asc) with +inf > finite > -inf > NaN, -0.0 == +0.0 and all NaNs equal, is a total
-order on (value, position), each rank's local top-k holds every key of the global top-k that the rank owns (a key
-beaten by fewer than k keys globally is beaten by fewer than k of its rank's), and the final selection compares the
-same fp32 values with the same kernel, ties broken by column = by global position. Rows with fewer than k visible
-keys are padded with -1.
+the ones one device computes for the same keys (provided the scorer's arithmetic for a key does not depend on the
+keys scored alongside it; docs/context_parallel.md names the one variant where it can). Each rank takes its local
+top-k (hw.top_k_per_row), maps it to global positions, and `merge_top_k` all-gathers the k candidates of every row
+(fp32 values and int32 positions: the one collective of a call) and selects the global top-k among them with
+hw.top_k_per_row, over the candidates ordered by global position. That is exactly the single-device result, in the
+single-device order: the rule of DESIGN §4, (value desc, position asc) with +inf > finite > -inf > NaN, -0.0 ==
++0.0 and all NaNs equal, is a total order on (value, position), each rank's local top-k holds every key of the
+global top-k that the rank owns (a key beaten by fewer than k keys globally is beaten by fewer than k of its
+rank's), and the final selection compares the same fp32 values with the same kernel, ties broken by column = by
+global position. Rows with fewer than k visible keys are padded with -1.
 
 Cost of the merge per call: the all-gather's output on every rank is R x rows x k x 8 bytes (rows = T query rows;
 4 bytes of value and 4 of position per candidate), (R - 1) x rows x k x 8 of them from the other ranks; then every
