@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("docs/simulator.md", "docs/kernels.md", "docs/integration.md")
+PAGES = ("docs/simulator.md", "docs/kernels.md", "docs/integration.md", "docs/context_parallel.md")
 MIN_BLOCKS = 5                      # each page documents several APIs; fewer blocks means examples went missing
 PAGE_TIMEOUT_S = 120                # a page runs in seconds on two CPU cores; this only stops a hang
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
