@@ -243,7 +243,7 @@ class ContextParallelIndexer(SparseIndexer):
     """The hook of one indexer layer on one rank of a context-parallel group: SparseIndexer's call and result,
     over the keys this rank holds, merged with the other ranks' (module docstring).
 
-    decision, top_k, validate: as SparseIndexer's
+    decision, top_k, validate, pool_layout, error_flag: as SparseIndexer's
     kv_cache         this rank's view of the layer, uint8[num_pages, P, 1, bytes_per_token]: the keys it owns
     max_context_len  the model's maximum context (global positions)
     sharding         the group's Sharding (its world_size must be the group's size)
@@ -257,8 +257,9 @@ class ContextParallelIndexer(SparseIndexer):
     """
 
     def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
-                 sharding: Sharding, group=None, validate: bool = False):
-        super().__init__(decision, kv_cache, top_k=top_k, max_context_len=max_context_len, validate=validate)
+                 sharding: Sharding, group=None, validate: bool = False, pool_layout=None, error_flag=None):
+        super().__init__(decision, kv_cache, top_k=top_k, max_context_len=max_context_len, validate=validate,
+                         pool_layout=pool_layout, error_flag=error_flag)
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("context-parallel indexing needs torch.distributed: call "
                              "torch.distributed.init_process_group first")
@@ -310,7 +311,8 @@ class ContextParallelIndexer(SparseIndexer):
         if first_key[-1] > 0:
             cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
             kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
-                                                                       self.layout, first_key[-1], validate)
+                                                                       self.layout, first_key[-1], validate,
+                                                                       self.error_flag)
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
@@ -324,7 +326,7 @@ class ContextParallelIndexer(SparseIndexer):
                 torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32, device=device), self.rank)
             logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
                                             kv_values[keys], kv_scales[keys], weights[rows], torch.zeros_like(ends),
-                                            ends, False, False)
+                                            ends, False, False, self.error_flag)
             top = ops.top_k_per_row(logits, ends, self.top_k, None)
             local_top[rows] = top
             values[rows] = logits.gather(1, top.clamp(min=0).long())
@@ -338,6 +340,6 @@ class ContextParallelIndexer(SparseIndexer):
                 None if q_scales is None else q_scales.view(batch, next_n, *q_scales.shape[1:]))
         logits = ops.fp8_fp4_paged_mqa_logits(*q_4d, self.kv_cache, weights, sched.local_context_lens,
                                               meta.block_table, sched.schedule_meta, self.local_width, False,
-                                              self.layout, validate)
+                                              self.layout, validate, self.error_flag)
         local_top = ops.top_k_per_row(logits, sched.local_row_lengths, self.top_k, None)
         return self._merge(logits.gather(1, local_top.clamp(min=0).long()), local_top)

@@ -641,7 +641,8 @@ def paged_keys_m_kernel(
                 wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
             wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
 
-            # the exact pass: every tile of a wide query, else the tiles with a wide key
+            # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one (the other
+            # keys keep the fold loop's logits, so a key's logit does not depend on its tile-mates)
             if q_wide | (wide_tiles != 0):
                 tl.debug_barrier()          # the fold loop's stores of this program land before the exact pass's
                 q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
@@ -659,7 +660,10 @@ def paged_keys_m_kernel(
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in,
                                                tok < tl.where(num_cache_pages > 0, vis_max, 0), P, D, TILED)
                         s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
-                        stored = tok < tl.where(page_ok, vis_max, 0)
+                        sk_max = tl.max(ks, axis=1)
+                        wide_key = (sk_max != E8M0_NAN) & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)
+                        redo = wide_key | (tok * 0 + q_wide.to(tl.int32) != 0)   # a block operand first
+                        stored = redo & (tok < tl.where(page_ok, vis_max, 0))
                         tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
                                  mask=stored[:, None] & (tok[:, None] < visible[None, :]))
         if HAS_FLAG:

@@ -263,6 +263,45 @@ def test_wide_key_is_scored_exactly(layout, device):
     assert float(out[0, 0]) == 1 + 96 * 2.0 ** tiny
 
 
+@pytest.mark.parametrize("layout", ["mxfp4", "mxfp4_tiled"])
+def test_wide_key_leaves_its_tile_mates_alone(layout, device):
+    """A key's logit depends on that key only, not on its tile-mates: with one key of a 64-key tile made wide
+    (block scales 30 binades apart: the exact pass scores it), every other key's logit is bit-identical to the
+    run without it (the context-parallel hook relies on it: a rank's tiles hold other keys than one GPU's)."""
+    D, P, H, ctx = 128, 16, 4, 64
+    rng = np.random.default_rng(3)
+    k_codes = rng.integers(0, 256, (ctx, D // 2), dtype=np.uint8)
+    # block scales 11 binades apart (the widest the fold takes): one fp32 sum of the products rounds away low
+    # bits that the exact pass keeps, so a tile-mate redone by the exact pass would change its logit
+    k_scales = np.where(np.arange(D // 32) == 0, E8M0_BIAS + 6, E8M0_BIAS - 5).astype(np.uint8)[None, :].repeat(ctx, 0)
+    k_codes[37] &= 0x77                                           # key 37 and q: no negative element, so
+    q_codes = rng.integers(0, 256, (1, 1, H, D // 2), dtype=np.uint8) & 0x77   # q.k > 0 and its logit moves
+    q_scales = np.where(np.arange(D // 32) == 0, E8M0_BIAS + 5, E8M0_BIAS - 5).astype(np.uint8)
+    q_scales = np.broadcast_to(q_scales, (1, 1, H, D // 32)).copy()
+    weights = torch.from_numpy(rng.standard_normal((1, H)).astype(np.float32)).to(device)
+    geom = make_geometry("mxfp4", layout if layout == "mxfp4_tiled" else None, P, D, ctx // P)
+    outs = []
+    for wide in (False, True):
+        scales = k_scales.copy()
+        if wide:
+            scales[37] = [E8M0_BIAS + 15, E8M0_BIAS - 15, E8M0_BIAS, E8M0_BIAS]
+        pool = sim.layout.new_pool(geom, fill=0xFF)
+        sim.layout.write_tokens(pool, geom, np.arange(ctx), k_codes, scales)
+        out = torch.full((1, ctx), UNTOUCHED, device=device)
+        km.launch_paged_keys_m(torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
+                               torch_cache_view(host_to_device(pool, device), geom), weights,
+                               torch.full((1,), ctx, dtype=torch.int32, device=device),
+                               torch.arange(ctx // P, dtype=torch.int32, device=device)[None, :], out,
+                               cap=ctx, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1,
+                               num_heads=H, head_dim=D, page_size=P, kv_dtype="mxfp4",
+                               tiled=layout == "mxfp4_tiled", target=target_of(device, km.paged_keys_m_kernel),
+                               path="fold")
+        outs.append(out.cpu().numpy())
+    others = np.arange(ctx) != 37
+    assert np.array_equal(outs[0][:, others].view(np.uint32), outs[1][:, others].view(np.uint32))
+    assert outs[0][0, 37] != outs[1][0, 37]
+
+
 @pytest.mark.parametrize("kv_dtype,layout", [("fp8", None), ("mxfp4", None), ("mxfp4", "mxfp4_tiled")])
 def test_pages_past_4_6_gb(kv_dtype, layout, device):
     """Pages whose bytes lie past 2^31, 2^32 and 4,608,000,000 bytes of the view (DESIGN §3): the 64-bit rebase.
