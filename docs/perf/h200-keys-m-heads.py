@@ -1,0 +1,34 @@
+"""The keys-on-M decode scorers at 128 query rows per sequence (next_n x heads = 2 x 64, the DeepSeek-V3.2
+indexer's 64 heads with one draft token, or 1 x 128) on the H200: launch settings
+(paged_keys_m.KeysMSettings fields: warps, 64-key tiles per program, pipeline stages) timed like `mxidx bench` times
+the decode scorer (median of CUDA-graph replays over 4 rotating input sets), against the copy bandwidth of the
+same run. Command: PYTHONPATH=. python3 docs/perf/h200-keys-m-heads.py OUT.json
+"""
+import itertools
+import json
+import sys
+
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.runtime import choose_device
+
+SHAPES = [dict(batch=64, next_n=2, heads=64), dict(batch=64, next_n=1, heads=128)]
+COMMON = dict(head_dim=128, context=8192, page_size=64)
+GRID = [dict(num_warps=w, tiles=t, num_stages=s) for w, t, s in itertools.product((4, 8), (4, 8), (2, 3))]
+
+choose_device("cuda")
+copy = _copy_GBps(inner=5, replays=20)["copy_GBps"]
+rows = []
+for shape, variant in itertools.product(SHAPES, ("fp8_keys_m", "mxfp4_keys_m")):
+    fmt = variant.split("_")[0]
+    for setting in [{}] + GRID:
+        row = {"variant": variant, **shape, **setting}
+        try:
+            sets = [decode_inputs(fmt, "cuda", layout=None, seed=i, variant=variant, launch_settings=setting or None,
+                                  **shape, **COMMON) for i in range(INPUT_SETS)]
+            us = _graph_time_us([call for call, _ in sets], inner=20, replays=20)
+            row.update(time_us=us, frac_copy=sets[0][1] / us / 1e3 / copy)
+        except Exception as e:  # noqa: BLE001 -- a setting that fails to compile or launch is recorded
+            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+json.dump({"copy_GBps": copy, "common": COMMON, "rows": rows}, open(sys.argv[1], "w"), indent=1)
