@@ -5,7 +5,6 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
 
   ordering  warps of the selecting kernels x composites per ordering range x splitter samples per range
   launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
-  probes    probes per narrowing round on the whole row (8192) / on the group maxima (131072)
 """
 import dataclasses
 import json
@@ -23,7 +22,6 @@ GRIDS = {
                  for w in (8192, 131072)},
     "launch": {8192: [dict(order_warps=o) for o in (2, 4, 8)],
                131072: [dict(order_warps=o, block=b) for o in (2, 4, 8) for b in (4096, 8192, 16384)]},
-    "probes": {w: [dict(row_probe_bits=b) for b in (1, 2, 3)] for w in (8192, 131072)},
 }
 GRID = GRIDS[sys.argv[2]]
 

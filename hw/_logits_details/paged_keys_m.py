@@ -691,9 +691,10 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). Tuning overrides:
     tokens_per_program (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1), num_stages
     (NUM_STAGES),
-    num_warps (4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e. 32 registers a thread,
-    else 8: at 64 x 128 on 4 warps, D 128, the MXFP4 kernel takes 224-228 registers on sm_90 and triton 3.9's FP8
-    kernel spills 57 SGPRs on gfx950). ValueError as declared_precision."""
+    num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
+    32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
+    the H200, 4 warps at 64 x 128 take more registers but are 2.4x faster for MXFP4 and 1.25x for FP8 than 8,
+    docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
@@ -704,7 +705,8 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=min(MAX_TILES.value, max(1, per_program // keys)),
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
-        num_warps=(4 if keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8) if num_warps is None else num_warps,
+        num_warps=num_warps if num_warps is not None else
+        4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 

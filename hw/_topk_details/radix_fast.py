@@ -90,7 +90,6 @@ class FastTiling:
     samples: int = SEGMENT_SAMPLES   # splitter samples per segment
     num_warps: int = NUM_WARPS       # of the selecting kernels
     order_warps: int = ORDER_WARPS   # of _order_kernel
-    row_probe_bits: int = 1          # probes per narrowing round on the whole row / the group maxima: 2^bits - 1
 
 
 def fast_tiling(width: int, k: int) -> FastTiling:
@@ -320,7 +319,6 @@ def _topk_row_kernel(
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
-    ROW_PROBE_BITS: tl.constexpr,   # ... and on the whole row
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
@@ -335,13 +333,14 @@ def _topk_row_kernel(
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
 
-    # narrow on the whole row until <= CAP keys are inside
+    # narrow on the whole row (one probe per round: more cost registers and time, docs/perf/h200-topk.md) until
+    # <= CAP keys are inside
     lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
     hi = lo * 0 + _KEY_MAX
     ge_lo = tl.maximum(end - start, 0)
     above = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, ROW_PROBE_BITS)
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
 
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
@@ -396,7 +395,6 @@ def _topk_long_kernel(
     CAP: tl.constexpr,
     BLOCK: tl.constexpr,  # columns per streaming chunk
     PROBE_BITS: tl.constexpr,
-    ROW_PROBE_BITS: tl.constexpr,   # probes per round on the group maxima: 2^ROW_PROBE_BITS - 1
     GROUP: tl.constexpr,  # columns per group of gmax
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
@@ -418,7 +416,7 @@ def _topk_long_kernel(
     ge_lo = tl.sum((gmax > 0).to(tl.int32), 0)
     above = start * 0
     while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, ROW_PROBE_BITS)
+        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
 
     # candidates: every visible key >= tau, stored while they fit, read from the groups whose maximum is >= tau
     # only (their ids, ascending, replace the maxima in gmax_ptr: each thread has read its maxima first)
@@ -524,7 +522,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     (rows, width), k = logits.shape, out.shape[1]
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                  ROW_PROBE_BITS=tiling.row_probe_bits, num_warps=tiling.num_warps)
+                  num_warps=tiling.num_warps)
     order = ordering(k, tiling)
     common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device
@@ -568,7 +566,7 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
     order = ordering(k, tiling)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "ROW_PROBE_BITS": tiling.row_probe_bits, "SEGMENTS": order.segments, "STRIDE": order.stride,
+              "SEGMENTS": order.segments, "STRIDE": order.stride,
               "SEG_CAP": order.seg_cap}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,

@@ -497,6 +497,9 @@ def test_settings_depend_on_shapes_only():
     assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 4, 4)
     s = km.keys_m_settings(Target.AMD, "mxfp4", 128, 1, 256, tokens_per_program=64)
     assert (s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (128, 1, 1, 8, km.MX_DOT_SCALED)
+    # 128 query rows: 4 warps on NVIDIA (timed faster there), 8 on AMD (4 spill on gfx950)
+    assert km.keys_m_settings(Target.NVIDIA, "mxfp4", 64, 2, 64).num_warps == 4
+    assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8
 
 
 def test_launcher_rejects_unknown_names():

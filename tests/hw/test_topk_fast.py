@@ -73,9 +73,6 @@ TILINGS = {
     "segments": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                            segment=8, samples=8),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
-    # several probes per narrowing round on the whole row and on the group maxima
-    "row_probes": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, row_probe_bits=3),
-    "long_probes": FastTiling(tile_w=128, cap=128, block=256, row_probe_bits=2),
 }
 
 
