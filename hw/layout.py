@@ -65,9 +65,15 @@ def resolve_layout(kv_dtype: str, layout: str | None) -> str:
     return layout
 
 
+def _one_of(value, allowed: tuple[int, ...]) -> bool:
+    """`value in allowed` by == comparisons, which torch.compile can also trace for a symbolic size (a shape that
+    varied between calls), where `in` fails."""
+    return any(value == a for a in allowed)
+
+
 def check_head_dim(name: str, head_dim: int, layout: str | None) -> None:
     """D is one of HEAD_DIMS (and a multiple of 128 for mxfp4_tiled)."""
-    if head_dim not in HEAD_DIMS:
+    if not _one_of(head_dim, HEAD_DIMS):
         raise ValueError(f"{name}: head dim must be a multiple of 32 in 32..256, got {head_dim}")
     if layout == "mxfp4_tiled" and head_dim % TILE_HEAD_DIM:
         raise ValueError(f"{name}: layout mxfp4_tiled needs a head dim that is a multiple of {TILE_HEAD_DIM}, "
@@ -84,7 +90,7 @@ def check_scorer_head_dim(name: str, head_dim: int, layout: str | None) -> None:
     """The scorers' head-dim rule: check_head_dim's head dims for `layout`, of which the scorer tiles take the
     powers of two (SCORER_HEAD_DIMS: 32, 64, 128, 256). ValueError naming `name` otherwise."""
     check_head_dim(name, head_dim, layout)
-    if head_dim not in SCORER_HEAD_DIMS:
+    if not _one_of(head_dim, SCORER_HEAD_DIMS):
         raise ValueError(f"{name}: the scorers need a power-of-two head dim (32, 64, 128 or 256), got {head_dim}")
 
 

@@ -64,6 +64,20 @@ def test_compiled_decode_layer_matches_eager(config, device):
     assert torch.equal(compiled.pool.pool, eager.pool.pool), "the compiled step must write the cache in place"
 
 
+def test_layers_of_other_shapes_compile_in_one_process(device):
+    """A second hook with other head counts and head dims makes torch.compile retrace the same code with symbolic
+    sizes (automatic dynamic shapes): the hook's shape checks must trace that too, and each layer still equals
+    its eager step."""
+    for heads, head_dim in ((2, 64), (4, 128)):
+        sizes = dict(batch=2, heads=heads, head_dim=head_dim, page=16, max_pages=3, top_k=4)
+        eager, compiled = (Layer(IndexerConfig("fp8"), device, seed=1, **sizes) for _ in range(2))
+        for layer in (eager, compiled):
+            layer.set_step((20, 33))
+            layer.schedule.update()
+        got = torch.compile(compiled.hook, fullgraph=True)(compiled.q, compiled.k, compiled.w, compiled.meta)
+        assert torch.equal(got, eager.hook(eager.q, eager.k, eager.w, eager.meta)), (heads, head_dim)
+
+
 def test_compiled_prefill_layer_matches_eager(device):
     sizes = dict(batch=1, heads=2, head_dim=64, page=16, max_pages=3, top_k=4)
     eager, compiled = (Layer(IndexerConfig("mxfp4"), device, seed=1, **sizes) for _ in range(2))
