@@ -39,7 +39,6 @@ single-device hook's.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -274,17 +273,6 @@ class ContextParallelIndexer(SparseIndexer):
         # the local decode logits' width: this rank's share of a max_context_len sequence (at least one column)
         self.local_width = max(1, sharding.local_capacity(max_context_len, rank))
 
-    def _check_prefill(self, meta: PrefillMetadata) -> None:
-        """block_table on the cache's device, wide enough for this rank's keys of every request."""
-        check_tensor("block_table", meta.block_table, device=self.kv_cache.device)
-        covered = meta.block_table.shape[1] * self.page_size
-        for b, seq_len in enumerate(meta.seq_lens):
-            held = self.sharding.local_capacity(seq_len, self.rank)
-            if held > covered:
-                raise ValueError(f"request {b}: rank {self.rank} holds {held} of its {seq_len} tokens, but "
-                                 f"block_table's {meta.block_table.shape[1]} pages of {self.page_size} tokens "
-                                 f"cover only {covered}; widen block_table")
-
     def _check_schedule(self, sched, block_table: torch.Tensor) -> None:
         """The schedule must be this rank's ContextParallelSchedule for this layer's geometry."""
         if not isinstance(sched, ContextParallelSchedule):
@@ -293,40 +281,22 @@ class ContextParallelIndexer(SparseIndexer):
         if (sched.sharding, sched.rank) != (self.sharding, self.rank):
             raise ValueError(f"the schedule is for rank {sched.rank} of {sched.sharding}; this hook is rank "
                              f"{self.rank} of {self.sharding}")
-        if (sched.page_size, sched.max_context_len) != (self.page_size, self.max_context_len):
-            raise ValueError(f"the schedule was built for page size {sched.page_size} and max_context_len "
-                             f"{sched.max_context_len}; this layer has {self.page_size} and {self.max_context_len}")
-        check_tensor("block_table", block_table, dtypes=torch.int32, shape=(sched.batch_size, sched.max_pages),
-                     device=self.kv_cache.device)
+        super()._check_schedule(sched, block_table)
 
     def _merge(self, values: torch.Tensor, local_top: torch.Tensor) -> torch.Tensor:
         return merge_top_k(values, self.sharding.global_position(local_top, self.rank), self.group)
+
+    def _keys_held(self, seq_len: int) -> int:
+        return self.sharding.local_capacity(seq_len, self.rank)
+
+    def _keys_before(self, ends: torch.Tensor) -> torch.Tensor:
+        return self.sharding.local_count(ends, self.rank)
 
     def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
         device = weights.device
         values = torch.zeros((meta.num_tokens, self.top_k), dtype=torch.float32, device=device)
         local_top = torch.full((meta.num_tokens, self.top_k), PAD_INDEX, dtype=torch.int32, device=device)
-        held = [self.sharding.local_capacity(s, self.rank) for s in meta.seq_lens]
-        first_key = (0, *itertools.accumulate(held))   # request b's local keys: first_key[b] .. first_key[b+1]
-        if first_key[-1] > 0:
-            cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
-            kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
-                                                                       self.layout, first_key[-1], validate,
-                                                                       self.error_flag)
-        q_values, q_scales = q_pair
-        row = 0
-        for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
-            rows = slice(row, row + query_len)
-            row += query_len
-            if query_len == 0 or held[b] == 0:   # no rows, or no key of the request here: padding candidates
-                continue
-            keys = slice(first_key[b], first_key[b + 1])
-            # query i sits at global position seq_len - query_len + i and sees the keys before it and itself
-            ends = self.sharding.local_count(
-                torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32, device=device), self.rank)
-            logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
-                                            kv_values[keys], kv_scales[keys], weights[rows], torch.zeros_like(ends),
-                                            ends, False, False, self.error_flag)
+        for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
             top = ops.top_k_per_row(logits, ends, self.top_k, None)
             local_top[rows] = top
             values[rows] = logits.gather(1, top.clamp(min=0).long())

@@ -183,9 +183,10 @@ class SparseIndexer:
         check_tensor("block_table", meta.block_table, device=self.kv_cache.device)
         covered = meta.block_table.shape[1] * self.page_size
         for b, seq_len in enumerate(meta.seq_lens):
-            if seq_len > covered:
-                raise ValueError(f"request {b} has {seq_len} tokens but block_table's {meta.block_table.shape[1]} "
-                                 f"pages of {self.page_size} tokens cover only {covered}; widen block_table")
+            if (held := self._keys_held(seq_len)) > covered:
+                what = f"has {seq_len} tokens" if held == seq_len else f"has {held} of its {seq_len} tokens here"
+                raise ValueError(f"request {b} {what} but block_table's {meta.block_table.shape[1]} pages of "
+                                 f"{self.page_size} tokens cover only {covered}; widen block_table")
 
     def _check_schedule(self, sched: DecodeSchedule, block_table: torch.Tensor) -> None:
         """The schedule's row lengths must describe exactly the logits this hook computes: same page size, width
@@ -203,10 +204,22 @@ class SparseIndexer:
             return (values, None), folded
         return ops.quantize_q_mxfp4(q, self.scale_rule), weights
 
-    def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
+    def _keys_held(self, seq_len: int) -> int:
+        """Keys of a request of seq_len tokens in this hook's cache: all of them (a context-parallel rank: its
+        share)."""
+        return seq_len
+
+    def _keys_before(self, ends: torch.Tensor) -> torch.Tensor:
+        """int32: the keys of this hook's cache at request positions < ends (all of them: ends itself)."""
+        return ends
+
+    def _prefill_logits(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool):
+        """For each request with new tokens and keys here: (rows of its tokens, their fp32 [rows, keys held]
+        causal logits over the keys held, int32 [rows] visible keys per row), from one gather of every request's
+        keys."""
         device = weights.device
-        out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=device)
-        first_key = (0, *itertools.accumulate(meta.seq_lens))   # request b's keys: first_key[b] .. first_key[b+1]
+        held = [self._keys_held(seq_len) for seq_len in meta.seq_lens]
+        first_key = (0, *itertools.accumulate(held))   # request b's keys: first_key[b] .. first_key[b+1]
         cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
         kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
                                                                    self.layout, first_key[-1], validate,
@@ -214,18 +227,23 @@ class SparseIndexer:
         q_values, q_scales = q_pair
         row = 0
         for b, (seq_len, query_len) in enumerate(zip(meta.seq_lens, meta.query_lens)):
-            if query_len == 0:
-                continue
             rows = slice(row, row + query_len)
-            keys = slice(first_key[b], first_key[b + 1])
-            # query i of the chunk sits at position seq_len - query_len + i and sees keys 0 .. position
-            ends = torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32, device=device)
-            starts = torch.zeros_like(ends)
-            logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
-                                            kv_values[keys], kv_scales[keys], weights[rows], starts, ends, False,
-                                            False, self.error_flag)
-            out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
             row += query_len
+            if query_len == 0 or held[b] == 0:
+                continue
+            keys = slice(first_key[b], first_key[b + 1])
+            # query i of the chunk sits at position seq_len - query_len + i and sees the keys up to it
+            ends = self._keys_before(torch.arange(seq_len - query_len + 1, seq_len + 1, dtype=torch.int32,
+                                                  device=device))
+            logits = ops.fp8_fp4_mqa_logits(q_values[rows], None if q_scales is None else q_scales[rows],
+                                            kv_values[keys], kv_scales[keys], weights[rows], torch.zeros_like(ends),
+                                            ends, False, False, self.error_flag)
+            yield rows, logits, ends
+
+    def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
+        out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=weights.device)
+        for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
+            out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
         return out
 
     def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata, validate: bool) -> torch.Tensor:

@@ -73,3 +73,17 @@ def assert_topk_within_bound(got: torch.Tensor, ref: np.ndarray, bound: np.ndarr
             assert v[weakest] + b[weakest] >= v[strongest] - b[strongest], \
                 (f"{what} row {r}: selected column {weakest} (ref {v[weakest]!r}) loses to unselected column "
                  f"{strongest} (ref {v[strongest]!r}) beyond the bound")
+
+
+def capture(fn):
+    """(graph, result): fn run once on a side stream (compilation and warm-up stay out of the capture), then
+    captured into a CUDA graph; result is what the captured call returned (its buffers are the graph's)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    return graph, result

@@ -12,6 +12,8 @@ from integration.indexer import DecodeMetadata, PrefillMetadata, SparseIndexer
 from integration.pool import IndexerPool, PoolLayout
 from integration.schedule import DecodeSchedule
 
+from ._reference import capture
+
 CONFIGS = [IndexerConfig("fp8"), IndexerConfig("mxfp4")]
 
 
@@ -103,14 +105,7 @@ def test_graph_of_compiled_decode_step_replays_at_new_contexts(config, device):
         return step(layer.q, layer.k, layer.w, layer.meta)
 
     layer.set_step((1, 17, 40, 0))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        captured_step()                              # compile and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = captured_step()
+    graph, out = capture(captured_step)
 
     replay_contexts = (2500, 65, 1999, 2560)
     layer.set_step(replay_contexts)

@@ -13,6 +13,8 @@ from integration.indexer import DecodeMetadata, SparseIndexer
 from integration.pool import IndexerPool, PoolLayout
 from integration.schedule import DecodeSchedule
 
+from ._reference import capture
+
 pytestmark = pytest.mark.gpu
 
 BATCH, HEADS, DIM, PAGE, LAYERS, TOP_K = 5, 32, 128, 64, 2, 64
@@ -61,14 +63,7 @@ def test_replay_with_longer_contexts_equals_eager(config, device):
         return [hook(q[layer], k[layer], w[layer], meta) for layer, hook in enumerate(hooks)]
 
     set_step(CAPTURE_CONTEXTS)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()                                          # compile and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
 
     graph.replay()
     short = [out.clone() for out in captured]
