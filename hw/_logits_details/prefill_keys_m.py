@@ -96,6 +96,8 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: D = 256 that tile spills
 TILES_MXFP4 = {Target.NVIDIA: (256, 64, 4, 4)}
 TILES_MXFP4_MAX_D = 128
+_WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
+                      "has none): faster than 128 columns (docs/perf/h200-prefill-keys-m-tune.json)")
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
@@ -349,7 +351,8 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
                     "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
-        targets=(target.isa_target,))
+        targets=(target.isa_target,),
+        scratch_ok=_WIDE_TILE_SCRATCH if mx and TILES_MXFP4.get(target) and head_dim <= TILES_MXFP4_MAX_D else "")
 
 
 # ============================================================================================ registry records
