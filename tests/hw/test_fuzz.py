@@ -1,6 +1,6 @@
 """The hostile-input fuzzer (tools/fuzz.py) over writer, gather, every scorer variant and top-k, against sim/.
 
-MXIDX_FUZZ_CASES (default FUZZ_CASES, about 30 s in the CPU interpreter; thousands on a GPU) and MXIDX_FUZZ_SEED
+MXIDX_FUZZ_CASES (default FUZZ_CASES, about 1 minute in the CPU interpreter; thousands on a GPU) and MXIDX_FUZZ_SEED
 (default 0) set the run; every case is its own test id, so a failure names the case to re-run. On a GPU every case
 runs every variant, with the compact geometry (fewer kernel compilations).
 """
@@ -15,7 +15,7 @@ import hw
 from hw.checks import ErrorKind, new_error_flag
 from tools import fuzz
 
-FUZZ_CASES = 105                  # 5 rounds of every (layout, hostile input) pair
+FUZZ_CASES = 210                  # 10 rounds of every (layout, hostile input) pair
 CASES = int(os.environ.get("MXIDX_FUZZ_CASES", FUZZ_CASES))
 SEED = int(os.environ.get("MXIDX_FUZZ_SEED", 0))
 
