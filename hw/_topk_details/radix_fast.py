@@ -57,7 +57,7 @@ from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 
-FAST_MAX_K = 4096        # the sort of the selected K_PAD composites lives in registers
+FAST_MAX_K = 4096        # a range the sample misjudged is sorted at the full K_PAD width, in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
 NUM_WARPS = 8            # of the selecting kernels on the on-chip path ...
 LONG_NUM_WARPS = 16      # ... and on the long path (docs/perf/h200-topk-sweep.json)
