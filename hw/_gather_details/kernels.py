@@ -22,6 +22,7 @@ from .._error_flag import (
     report,
     report_if,
 )
+from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import (
     MX_BLOCK,
     SCALE_BYTES,
@@ -33,7 +34,6 @@ from .._quant_details.page_offsets import (
 
 FP8_NAN_BYTE = tl.constexpr(0x7F)
 F32_QNAN_BITS = tl.constexpr(0x7FC00000)
-E8M0_NAN = tl.constexpr(255)
 
 
 @triton.jit

@@ -67,6 +67,7 @@ import triton
 import triton.language as tl
 
 from .._error_flag import INT32_MIN, KIND_CONTEXT_PAST_TABLE, KIND_PAGE_ID, report_if
+from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import (
     MX_BLOCK,
     fp8_scale_base,
@@ -97,7 +98,6 @@ MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Tri
 MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
 
 E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
-E8M0_NAN = tl.constexpr(255)
 FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
 FOLD_TABLE_BIAS = tl.constexpr(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
 FOLD_KEY_BIAS = tl.constexpr(266)    # 2 * (127 + 6): both operands' E8M0 bias and their 2^6 fold offset
@@ -430,6 +430,21 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
 
 
 @triton.jit
+def _tile(i, first, t, t_page, bt_row_ptr, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
+          P: tl.constexpr, TILE_PAGES: tl.constexpr, HAS_FLAG: tl.constexpr):
+    """Tile i of a program whose first page is `first`: (tok [KEYS] token positions, page_off and page_ok of
+    _tile_pages, k_ok [KEYS]: the keys to read (before vis_max, on a valid page), met with the tile's bad page ids
+    folded in (HAS_FLAG; see _report_pages))."""
+    page_first = first + i * TILE_PAGES
+    tok = page_first * P + t
+    page_off, page_ok, bad_id = _tile_pages(bt_row_ptr, page_first, num_pages, max_pages, num_cache_pages,
+                                            page_stride, t_page, TILE_PAGES)
+    if HAS_FLAG:
+        met = tl.where(bad_id != 0, bad_id, met)
+    return tok, page_off, page_ok, tok < tl.where(page_ok, vis_max, 0), met
+
+
+@triton.jit
 def _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P: tl.constexpr):
     """After a program's tile loop: report a sequence longer than its block-table row (once, by chunk 0) and the
     largest out-of-range page id the loop met (`met`: int32 [KEYS], the bad_id of _tile_pages kept per key)."""
@@ -557,13 +572,9 @@ def paged_keys_m_kernel(
             q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0)      # [NH, D]
             qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                  # [D, NH]
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
-                page_first = first + i * TILE_PAGES
-                tok = page_first * P + t
-                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
-                                                        page_stride, t_page, TILE_PAGES)
-                k_ok = tok < tl.where(page_ok, vis_max, 0)
-                if HAS_FLAG:
-                    met = tl.where(bad_id != 0, bad_id, met)
+                tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                          num_cache_pages, page_stride, vis_max, met, P,
+                                                          TILE_PAGES, HAS_FLAG)
                 k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
@@ -576,13 +587,9 @@ def paged_keys_m_kernel(
             qt = tl.trans(tl.load(q_v_ptr + q_row_v[:, None] + j[None, :], mask=row_ok[:, None], other=0))  # [D/2, NH]
             qs = tl.load(q_s_ptr + q_row_s[:, None] + g[None, :], mask=row_ok[:, None], other=E8M0_ONE)
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
-                page_first = first + i * TILE_PAGES
-                tok = page_first * P + t
-                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
-                                                        page_stride, t_page, TILE_PAGES)
-                k_ok = tok < tl.where(page_ok, vis_max, 0)
-                if HAS_FLAG:
-                    met = tl.where(bad_id != 0, bad_id, met)
+                tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                          num_cache_pages, page_stride, vis_max, met, P,
+                                                          TILE_PAGES, HAS_FLAG)
                 kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
                              mask=k_ok[:, None], other=0)                                     # [KEYS, D/2]
                 ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
@@ -612,13 +619,9 @@ def paged_keys_m_kernel(
             # pass (bit i of wide_tiles)
             wide_keys = tl.zeros((KEYS,), tl.int32)     # bit i: the key's block scales in tile i are wide
             for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
-                page_first = first + i * TILE_PAGES
-                tok = page_first * P + t
-                page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages, num_cache_pages,
-                                                        page_stride, t_page, TILE_PAGES)
-                k_ok = tok < tl.where(page_ok, vis_max, 0)
-                if HAS_FLAG:
-                    met = tl.where(bad_id != 0, bad_id, met)
+                tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                          num_cache_pages, page_stride, vis_max, met, P,
+                                                          TILE_PAGES, HAS_FLAG)
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
@@ -649,12 +652,10 @@ def paged_keys_m_kernel(
                 q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
                 for i in tl.range(0, num_tiles, num_stages=1):
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
-                        page_first = first + i * TILE_PAGES
-                        tok = page_first * P + t
-                        page_off, page_ok, bad_id = _tile_pages(bt_row, page_first, num_pages, max_pages,
-                                                                num_cache_pages, page_stride, t_page, TILE_PAGES)
-                        if HAS_FLAG:        # (the fold loop did not run for a wide query)
-                            met = tl.where(bad_id != 0, bad_id, met)
+                        # (met: the fold loop did not run for a wide query)
+                        tok, page_off, page_ok, _, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                               num_cache_pages, page_stride, vis_max, met, P,
+                                                               TILE_PAGES, HAS_FLAG)
                         # a bad page's keys keep the fold loop's NaN: not stored here (their page_off is page
                         # 0's, a read inside the view whose result is dropped; no read at all without pages)
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in,

@@ -64,6 +64,8 @@ from .paged_keys_m import (
     E8M0_NAN,
     E8M0_ONE,
     EXACT_REL,
+    FMT_FP8,
+    FMT_MXFP4,
     FOLD_KEY_BIAS,
     FOLD_SPAN,
     MIN_SPLIT_K,
@@ -79,8 +81,6 @@ from .paged_keys_m import (
     _mx_exact_scores,
 )
 
-FMT_FP8 = tl.constexpr(0)
-FMT_MXFP4 = tl.constexpr(1)
 WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
 WIDE_QUERY = tl.constexpr(2)         # one of its query rows is outside the fold's range
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);

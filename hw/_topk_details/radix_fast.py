@@ -274,13 +274,17 @@ def _split_groups(row_ptr, gid_ptr, n_groups, start, end, lo, above, k_eff, out_
 
 
 @triton.jit
-def _partition(sel_row, k_eff, bucket_row, count_row, lower_row, K_PAD: tl.constexpr, SEGMENTS: tl.constexpr,
-               STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
-    """Split the k_eff selected composites sel_row[0 .. k_eff) into SEGMENTS ranges of the composite order for
-    _order_kernel. The bounds come from a sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]]
-    with lower[j] the sample's entry (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
-    Stores lower_row[j], count_row[j] = the composites in range j, and the first 2 * SEG_CAP of them (any order)
-    to bucket_row[j * 2 * SEG_CAP ...]. count_row must hold zeros (the slots are taken by atomic increments)."""
+def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.constexpr,
+               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
+    """Split the k_eff selected composites sel_row[0 .. k_eff) of `row` into SEGMENTS ranges of the composite
+    order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
+    sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
+    (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
+    Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
+    order) to its bucket j. The row's counts must hold zeros (the slots are taken by atomic increments)."""
+    bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
+    count_row = count_ptr + row * SEGMENTS
+    lower_row = lower_ptr + row * SEGMENTS
     SAMPLES: tl.constexpr = K_PAD // STRIDE
     PER: tl.constexpr = SAMPLES // SEGMENTS
     tl.debug_barrier()   # the selection was stored by other threads of this program
@@ -347,8 +351,7 @@ def _topk_row_kernel(
     if direct == 0:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP), count_ptr + row * SEGMENTS,
-                   lower_ptr + row * SEGMENTS, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -441,8 +444,7 @@ def _topk_long_kernel(
     if ge_lo - above <= CAP:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP), count_ptr + row * SEGMENTS,
-                   lower_ptr + row * SEGMENTS, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
