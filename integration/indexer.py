@@ -158,16 +158,17 @@ class SparseIndexer:
         if not torch.compiler.is_compiling():   # compiled, the writer op runs this check before it writes
             check_cache_view("kv_cache", self.kv_cache, self.kv_dtype, head_dim, self.layout)
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
+        # the messages are formatted only when raised: torch.compile (2.11) cannot format a symbolic batch size
         if isinstance(metadata, PrefillMetadata):
             self._check_prefill(metadata)
-            expected, what = metadata.num_tokens, "the prefill metadata counts"
+            if num_tokens != metadata.num_tokens:
+                raise ValueError(f"q has {num_tokens} tokens, but the prefill metadata counts {metadata.num_tokens}")
         else:
             sched = metadata.schedule
             self._check_schedule(sched, metadata.block_table)
-            expected = sched.batch_size * sched.next_n
-            what = f"a decode step of {sched.batch_size} requests x next_n {sched.next_n} needs"
-        if num_tokens != expected:
-            raise ValueError(f"q has {num_tokens} tokens, but {what} {expected}")
+            if num_tokens != sched.batch_size * sched.next_n:
+                raise ValueError(f"q has {num_tokens} tokens, but a decode step of {sched.batch_size} requests x "
+                                 f"next_n {sched.next_n} needs {sched.batch_size * sched.next_n}")
         validate = validate_requested(self.validate)
         # everything is checked before the cache is touched (the writer's validate mode checks the slots first)
         ops.indexer_k_quant_and_cache(k, self.kv_cache, metadata.slot_mapping, self.kv_dtype, self.layout,
