@@ -12,7 +12,8 @@ relu keeps NaN; the head sum is a register reduction per query token; the key's 
 MXFP4: a power of two) multiplies once, after the head sum. The [keys, tokens] tile is stored transposed into
 out[token, key].
 
-Grid (cdiv(S, BLOCK_Q),); MXFP4 launches it twice (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
+Grid (cdiv(S, BLOCK_Q),), program p taking the p-th block from the end (longest rows first in causal batches);
+MXFP4 launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
 ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
 the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
 BLOCK_K, with a software-pipelined `tl.range`; keys outside [lo, hi) are never read. With clean_logits every other
@@ -23,7 +24,9 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
       e4m3 byte with its block's E8M0 scale folded in relative to the key's (query row's) largest block scale,
       e4m3(e2m1 * 2^(rel + 6)) for -FOLD_SPAN <= rel <= 0; D >= 64 converts the code bytes in paged_keys_m's split
-      K order and sums two K = D/2 FP8 MMAs, D = 32 takes one K = 32 MMA in the natural order. Then
+      K order and sums two K = D/2 FP8 MMAs, D = 32 takes one K = 32 MMA in the natural order. The keys are
+      converted once, by fold_keys_kernel into a scratch copy (D + 4 bytes per key) that every program's key loop
+      reads like FP8 keys; each program converts its own query rows once. Then
           q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
       with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
       2^(skmax + c - 266) applied to the key after the head sum. Keys whose block scales span more than FOLD_SPAN
@@ -83,6 +86,8 @@ from .paged_keys_m import (
 
 WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
 WIDE_QUERY = tl.constexpr(2)         # one of its query rows is outside the fold's range
+KEY_WIDE_SHIFT = tl.constexpr(8)     # fold_keys_kernel's kmeta: the wide bit above the 8 bits of sk_max
+FOLD_KEYS_BLOCK = 64                 # keys per fold_keys_kernel program
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
 #: 0 = no promotion (as production FP8 prefill scorers run); declared_precision says what each choice declares
 FP8_PROMOTE_K = 0
@@ -139,11 +144,47 @@ def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.c
 
 
 @triton.jit
+def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t,
+                     D: tl.constexpr, BLOCK_K: tl.constexpr, MX_MODE: tl.constexpr):
+    """MXFP4 keys -> the fold loop's operands, each key converted once (not once per query block).
+
+    k_v: codes [SK, D/2], k_s: E8M0 [SK, D/32] (strides in elements, innermost contiguous). Writes
+      k8 uint8 [2, SK, D/2] (D >= 64): k8[0, j] and k8[1, j] are the e4m3 bytes e2m1 * 2^(rel + 6) of key j's
+          first and second K = D/2 operand in paged_keys_m's split K order (rel = its block's scale minus the
+          key's largest, floored at -FOLD_SPAN); D = 32: uint8 [1, SK, 32] in the natural order;
+      kmeta int32 [SK]: bits 0-7 the key's largest block scale sk_max (E8M0_NAN: a NaN key), bit KEY_WIDE_SHIFT
+          set when its scales span more than FOLD_SPAN binades (and it is not NaN): the fold flushed its low
+          blocks and the exact pass rescores it.
+    Grid (cdiv(SK, BLOCK_K),)."""
+    pid = tl.program_id(0).to(tl.int64)
+    cols = pid * BLOCK_K + tl.arange(0, BLOCK_K)
+    ok = cols < SK
+    G: tl.constexpr = D // MX_BLOCK
+    jb = tl.arange(0, D // 2)
+    kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=ok[:, None], other=0)
+    ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + tl.arange(0, G)[None, :], mask=ok[:, None],
+                  other=E8M0_ONE).to(tl.int32)                                                    # [BLOCK_K, G]
+    sk_max = tl.max(ksc, axis=1)
+    wide = (sk_max != E8M0_NAN) & (sk_max - tl.min(ksc, axis=1) > FOLD_SPAN)
+    tl.store(kmeta_ptr + cols, sk_max | (wide.to(tl.int32) << KEY_WIDE_SHIFT), mask=ok)
+    k_rel = tl.maximum(ksc - sk_max[:, None], -FOLD_SPAN)
+    if D >= 2 * MIN_SPLIT_K:
+        k1, k2 = _fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE)
+        at = k8_ptr + cols[:, None] * (D // 2) + jb[None, :]
+        tl.store(at, k1, mask=ok[:, None])
+        tl.store(at + SK * (D // 2), k2, mask=ok[:, None])
+    else:
+        d = tl.arange(0, D)
+        tl.store(k8_ptr + cols[:, None] * D + d[None, :], _fold(_bytes_to_words(kb), k_rel, MX_MODE),
+                 mask=ok[:, None])
+
+
+@triton.jit
 def prefill_keys_m_kernel(
-    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr,
+    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
-    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
+    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
     CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
@@ -151,10 +192,13 @@ def prefill_keys_m_kernel(
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
     out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
-    program, the exact pass (EXACT_PASS) reads them; FP8: unused). Innermost dimensions contiguous; strides in
-    elements; key offsets (column * stride) fit int32; flag: int32 [4] error flag (HAS_FLAG: a range outside
-    0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
-    pid = tl.program_id(0).to(tl.int64)
+    program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
+    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
+    dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
+    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
+    # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
+    # fill the tail of the grid instead of the long ones
+    pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
     ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
@@ -219,31 +263,27 @@ def prefill_keys_m_kernel(
         else:
             qt = tl.trans(_fold(_bytes_to_words(q_bytes), q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)
 
-        # the fold loop: every key is stored; the exact pass overwrites the wide ones (after this launch)
+        # the fold loop over fold_keys_kernel's operands: every key is stored; the exact pass overwrites the wide
+        # ones (after this launch)
+        KH: tl.constexpr = D // 2 if SPLIT else D             # bytes per key of each operand
+        kh = tl.arange(0, KH)
         wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
         for k0 in tl.range(first, tl.where(q_wide > 0, first, hi), BLOCK_K, num_stages=NUM_STAGES):
             cols = k0 + t
             k_ok = (cols >= lo) & (cols < hi)
-            kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
-            ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :], mask=k_ok[:, None],
-                          other=E8M0_ONE).to(tl.int32)                                             # [BLOCK_K, D/32]
-            sk_max = tl.max(ksc, axis=1)
-            sk_min = tl.min(ksc, axis=1)
-            k_rel = tl.maximum(ksc - sk_max[:, None], -FOLD_SPAN)
+            k_at = k8_ptr + cols[:, None] * KH + kh[None, :]
+            meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)
+            k1 = tl.load(k_at, mask=k_ok[:, None], other=0).to(tl.float8e4nv, bitcast=True)     # [BLOCK_K, KH]
+            acc = _dot(k1, qt, None, PROMOTE_K)
             if SPLIT:
-                k1, k2 = _fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE)
-                acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
-                acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
-            else:
-                k8 = _fold(_bytes_to_words(kb), k_rel, MX_MODE)
-                acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
-            k_nan = sk_max == E8M0_NAN
-            wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
-            k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+                k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0).to(tl.float8e4nv, bitcast=True)
+                acc = _dot(k2, qt2, acc, PROMOTE_K)
+            sk_max = meta & 0xFF
+            k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
             logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
             visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
             _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
-            wide_keys = wide_keys | wide_key.to(tl.int32)
+            wide_keys = wide_keys | (meta >> KEY_WIDE_SHIFT)
 
         tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
     else:
@@ -309,13 +349,22 @@ def _launcher(kv_dtype: str):
         mx = kv_dtype == "mxfp4"
         grid = (triton.cdiv(call.num_q, s.block_q),)
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
+        k8 = kmeta = call.ks
+        if mx:
+            split = 2 if call.head_dim >= 2 * MIN_SPLIT_K else 1
+            k8 = torch.empty((split, call.num_k, call.head_dim // split), dtype=torch.uint8, device=call.out.device)
+            kmeta = torch.empty(call.num_k, dtype=torch.int32, device=call.out.device)
+            fold_keys_kernel[(triton.cdiv(call.num_k, FOLD_KEYS_BLOCK),)](
+                call.k_v, call.k_s, k8, kmeta, call.num_k, call.k_v.stride(0), call.k_s.stride(0),
+                D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
         for exact_pass in (False, True) if mx else (False,):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
-                call.out if call.error_flag is None else call.error_flag,
+                call.out if call.error_flag is None else call.error_flag, k8, kmeta,
                 call.num_q, call.num_k,
                 call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
                 call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
+                k8.stride(0) if mx else 0,
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
@@ -328,9 +377,9 @@ def _launcher(kv_dtype: str):
 #: (D, H) of the specs: the serving shape (D 128, H 32), the small and large head dims, H 64 (BLOCK_Q 2)
 ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 #: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
-_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
+_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "stride_k8_plane", "SK")
 _POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr",
-             "flag_ptr")
+             "flag_ptr", "k8_ptr", "kmeta_ptr")
 
 
 def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
@@ -339,13 +388,14 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
     mx = kv_dtype == "mxfp4"
     s = keys_m_prefill_settings(target, kv_dtype, heads, head_dim)
     types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
-             "out_ptr": "*fp32", "wide_ptr": "*i32", "flag_ptr": "*i32"}
+             "out_ptr": "*fp32", "wide_ptr": "*i32", "flag_ptr": "*i32", "kmeta_ptr": "*i32"}
     path = "exact" if exact_pass else "fold" if mx else "mma"
     return CompileSpec(
         label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
         signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
-                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
+                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s",
+                                               "stride_k8_plane")}},
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
@@ -353,6 +403,17 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and TILES_MXFP4.get(target) and head_dim <= TILES_MXFP4_MAX_D else "")
+
+
+def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
+    """fold_keys_kernel as the MXFP4 launcher runs it on `target`."""
+    return CompileSpec(
+        label=f"prefill_keys_m/mxfp4/fold_keys/D{head_dim}", fn=fold_keys_kernel,
+        signature={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32", "SK": "i32",
+                   "stride_kv_t": "i32", "stride_ks_t": "i32"},
+        constexprs={"D": head_dim, "BLOCK_K": FOLD_KEYS_BLOCK,
+                    "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim).mx_mode},
+        aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "SK"), targets=(target.isa_target,))
 
 
 # ============================================================================================ registry records
@@ -365,7 +426,9 @@ def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Vari
         settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim),
         launch=_launcher(kv_dtype), precision=declared_precision,
         isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
-                                for exact in ((False, True) if kv_dtype == "mxfp4" else (False,))),
+                                for exact in ((False, True) if kv_dtype == "mxfp4" else (False,)))
+        + (tuple(fold_keys_isa_spec(d, t) for t in compiled for d in sorted({d for d, _ in ISA_SHAPES}))
+           if kv_dtype == "mxfp4" else ()),
         summary=summary)
 
 

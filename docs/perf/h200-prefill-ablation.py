@@ -1,0 +1,197 @@
+"""What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
+
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json
+
+Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run:
+
+- prefill 8192 x 8192 x H32/D128, full and causal, FP8: the shipped kernel; copies of it with one feature taken
+  out (patched source, loaded as a module of its own; each computes wrong logits somewhere on purpose: timing
+  probes, not kernels): `forward_order` (programs in grid order instead of the last query block first),
+  `no_load_masks` (key loads unmasked), `plain_store` (logits stored unmasked, no -inf), `plain_relu` (max
+  without NaN propagation); and `floor`, a kernel with only the structure (keys on M, the same tiles, no ranges,
+  masks or NaN rules).
+- the same for MXFP4: the shipped path (keys folded once by fold_keys_kernel) with the MXFP4 and the FP8 tiles
+  and stages; fold_keys_kernel alone.
+- top-k of 8192 causal rows (row i sees i + 1 columns), k = 2048, as the hook's prefill calls it: each variant
+  and on-chip warp count, and torch.topk of the -inf padded rows.
+"""
+import dataclasses
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+import hw
+import hw.variants as registry
+from hw._logits_details import prefill_keys_m as pk
+from hw.targets import Op, Target
+from tools.cmd_bench import _graph_time_us, prefill_inputs
+
+INNER, REPLAYS = 3, 10
+SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
+SOURCE = Path(pk.__file__).read_text()
+
+#: feature name -> (old, new) source replacements that take it out
+PATCHES = {
+    "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
+                       "pid = tl.program_id(0).to(tl.int64)")],
+    "no_load_masks": [("mask=k_ok[:, None],\n                        other=0).to(tl.float8e4nv", ").to(tl.float8e4nv"),
+                      ("k_scale = tl.load(k_s_ptr + cols * stride_ks_t, mask=k_ok, other=0.0)",
+                       "k_scale = tl.load(k_s_ptr + cols * stride_ks_t)"),
+                      ("meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)",
+                       "meta = tl.load(kmeta_ptr + cols)"),
+                      ("k1 = tl.load(k_at, mask=k_ok[:, None], other=0)", "k1 = tl.load(k_at)"),
+                      ("k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0)",
+                       "k2 = tl.load(k_at + stride_k8_plane)")],
+    "plain_store": [("""    if CLEAN:
+        tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")),
+                 mask=row_in[None, :] & (stored & (cols < SK))[:, None])
+    else:
+        tl.store(out_cols + cols[:, None], logits, mask=visible & stored[:, None])""",
+                     """    tl.store(out_cols + cols[:, None], logits)""")],
+    "plain_relu": [("from .paged_keys_m import (", """@triton.jit
+def _plain_head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
+    KEYS: tl.constexpr = s.shape[0]
+    return tl.sum(tl.reshape(tl.maximum(s, 0.0) * w[None, :], (KEYS, N_PAD, H_PAD)), axis=2)
+
+
+from .paged_keys_m import ("""),
+                   ("logits = _head_sum(", "logits = _plain_head_sum(")],
+}
+
+
+def patched_variant(feature: str, kv_dtype: str):
+    """The shipped variant of kv_dtype with `feature` taken out, registered as 'ablate_<feature>'."""
+    text = SOURCE
+    for old, new in PATCHES[feature]:
+        if old not in text:
+            raise SystemExit(f"patch {feature}: {old[:60]!r} not found in {pk.__file__}")
+        text = text.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / f"_ablate_{feature}.py"
+    path.write_text(text)
+    name = f"hw._logits_details._ablate_{feature}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    record = module.FP8_VARIANT if kv_dtype == "fp8" else module.MXFP4_FOLD_VARIANT
+    variant = dataclasses.replace(record, name=f"ablate_{feature}_{kv_dtype}")
+    registry.REGISTRY[Op.PREFILL] = registry.REGISTRY[Op.PREFILL] + (variant,)
+    return variant.name
+
+
+@triton.jit
+def _floor_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, out_ptr, SK, H: tl.constexpr, D: tl.constexpr, BQ: tl.constexpr,
+                  BK: tl.constexpr, STAGES: tl.constexpr):
+    """logits[i, j] = ks[j] * sum_h w[i, h] relu(q[i, h] . k[j]) over all keys: keys on M, BQ tokens x H heads
+    on N, nothing else."""
+    pq = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, BQ * H)
+    d = tl.arange(0, D)
+    j = tl.arange(0, BK)
+    qt = tl.load(q_ptr + (pq * BQ * H + r)[None, :] * D + d[:, None]).to(tl.float8e4nv, bitcast=True)
+    w = tl.load(w_ptr + pq * BQ * H + r)
+    tok = pq * BQ + tl.arange(0, BQ)
+    for k0 in tl.range(0, SK, BK, num_stages=STAGES):
+        k = tl.load(k_ptr + (k0 + j)[:, None] * D + d[None, :]).to(tl.float8e4nv, bitcast=True)
+        acc = tl.maximum(tl.dot(k, qt), 0.0) * w[None, :]
+        o = tl.sum(tl.reshape(acc, (BK, BQ, H)), axis=2) * tl.load(ks_ptr + k0 + j)[:, None]
+        tl.store(out_ptr + tok[None, :] * SK + (k0 + j)[:, None], o)
+
+
+def floor_case(causal: bool) -> float:
+    if causal:
+        return float("nan")   # the floor has no ranges
+    s = pk.keys_m_prefill_settings(Target.NVIDIA, "fp8", HEADS, HEAD_DIM)
+    q = torch.randint(0, 0x7E, (SIZE, HEADS, HEAD_DIM), dtype=torch.uint8, device="cuda")
+    k = torch.randint(0, 0x7E, (SIZE, HEAD_DIM), dtype=torch.uint8, device="cuda")
+    w, ks = torch.rand(SIZE, HEADS, device="cuda"), torch.rand(SIZE, device="cuda")
+    out = torch.empty(SIZE, SIZE, device="cuda")
+
+    def call():
+        _floor_kernel[(SIZE // s.block_q,)](q, w, k, ks, out, SIZE, H=HEADS, D=HEAD_DIM, BQ=s.block_q,
+                                            BK=s.block_k, STAGES=s.num_stages, num_warps=s.num_warps)
+    return _graph_time_us([call], inner=INNER, replays=REPLAYS)
+
+
+def prefill_case(kv_dtype: str, causal: bool, variant=None, launch_settings=None) -> tuple[float, float]:
+    call, flops = prefill_inputs(kv_dtype, "cuda", queries=SIZE, keys=SIZE, heads=HEADS, head_dim=HEAD_DIM,
+                                 causal=causal, variant=variant, launch_settings=launch_settings)
+    us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+    return us, flops / us / 1e6
+
+
+def fold_keys_case() -> float:
+    codes = torch.randint(0, 256, (SIZE, HEAD_DIM // 2), dtype=torch.uint8, device="cuda")
+    scales = torch.randint(120, 135, (SIZE, HEAD_DIM // 32), dtype=torch.uint8, device="cuda")
+    k8 = torch.empty(2, SIZE, HEAD_DIM // 2, dtype=torch.uint8, device="cuda")
+    meta = torch.empty(SIZE, dtype=torch.int32, device="cuda")
+
+    def call():
+        pk.fold_keys_kernel[(triton.cdiv(SIZE, pk.FOLD_KEYS_BLOCK),)](
+            codes, scales, k8, meta, SIZE, codes.stride(0), scales.stride(0), D=HEAD_DIM,
+            BLOCK_K=pk.FOLD_KEYS_BLOCK, MX_MODE=pk.MX_FOLD_PTX.value, num_warps=4)
+    return _graph_time_us([call], inner=INNER, replays=REPLAYS)
+
+
+def topk_cases(log):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(SIZE, SIZE, device="cuda", generator=gen)
+    lengths = torch.arange(1, SIZE + 1, dtype=torch.int32, device="cuda")
+    padded = logits.masked_fill(torch.arange(SIZE, device="cuda")[None, :] >= lengths[:, None], float("-inf"))
+    want = hw.top_k_per_row(logits, lengths, TOP_K)
+    out = torch.empty_like(want)
+    for name, variant, settings in (("radix_fast", "radix_fast", None),
+                                    ("radix_fast_4w", "radix_fast", {"num_warps": 4}),
+                                    ("radix_fast_16w", "radix_fast", {"num_warps": 16}),
+                                    ("per_row", "per_row", None)):
+        def call(variant=variant, settings=settings):
+            hw.top_k_per_row(logits, lengths, TOP_K, out=out, variant=variant, launch_settings=settings)
+        try:
+            us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+            log(f"topk_hook/{name}", {"time_us": us, "same": bool(torch.equal(out, want))})
+        except Exception as e:   # a warp count that does not compile is a result too
+            log(f"topk_hook/{name}", {"error": repr(e)[:300]})
+    log("topk_hook/torch.topk", {"time_us": _graph_time_us([lambda: torch.topk(padded, TOP_K, dim=1)],
+                                                           inner=INNER, replays=REPLAYS)})
+
+
+def main(out_path: str) -> None:
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+
+    def log(key, value):
+        results[key] = value
+        print(key, value, flush=True)
+        Path(out_path).write_text(json.dumps(results, indent=1))
+
+    for causal in (False, True):
+        mode = "causal" if causal else "full"
+        us, tf = prefill_case("fp8", causal)
+        log(f"fp8/{mode}/shipped", {"time_us": us, "TFLOPs": tf})
+        log(f"fp8/{mode}/floor", {"time_us": floor_case(causal)})
+        us, tf = prefill_case("mxfp4", causal)
+        log(f"mxfp4/{mode}/shipped", {"time_us": us, "TFLOPs": tf})
+        for block_q, stages in ((4, 3), (4, 4), (8, 3)):
+            us, tf = prefill_case("mxfp4", causal, launch_settings={"block_q": block_q, "num_stages": stages})
+            log(f"mxfp4/{mode}/block_q{block_q}_stages{stages}", {"time_us": us, "TFLOPs": tf})
+    log("mxfp4/fold_keys_kernel", {"time_us": fold_keys_case()})
+    for feature in PATCHES:
+        for kv_dtype in ("fp8", "mxfp4"):
+            name = patched_variant(feature, kv_dtype)
+            for causal in (False, True):
+                key = f"{kv_dtype}/{'causal' if causal else 'full'}/without_{feature}"
+                try:
+                    us, tf = prefill_case(kv_dtype, causal, variant=name)
+                    log(key, {"time_us": us, "TFLOPs": tf})
+                except Exception as e:   # a probe that does not compile is reported, the others still run
+                    log(key, {"error": repr(e)[:300]})
+    topk_cases(log)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
