@@ -281,7 +281,7 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
     sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
     (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
     Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
-    order) to its bucket j. The row's counts must hold zeros (the slots are taken by atomic increments)."""
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
     bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
     count_row = count_ptr + row * SEGMENTS
     lower_row = lower_ptr + row * SEGMENTS
@@ -293,10 +293,11 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
     j = tl.arange(0, SEGMENTS)
     lower = tl.max(tl.where(s[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
     tl.store(lower_row + j, lower)
+    tl.store(count_row + j, tl.zeros((SEGMENTS,), tl.int32))   # here, not by a memset kernel before the launch
     slots = tl.arange(0, K_PAD)
     filled = slots < k_eff
     comp = tl.load(sel_row + slots, mask=filled, other=_EMPTY_SLOT)
-    tl.debug_barrier()   # the bounds were stored by other threads of this program
+    tl.debug_barrier()   # the bounds and zero counts were stored by other threads of this program
     seg = slots * 0
     for b in tl.static_range(SEGMENTS - 1):   # scalar bounds: a [K_PAD, SEGMENTS] compare tile would spill
         seg += (comp <= tl.load(lower_row + b)).to(tl.int32)
@@ -312,7 +313,7 @@ def _topk_row_kernel(
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
-    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS] (zeros), lower_ptr
+    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS], lower_ptr
     count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
     lower_ptr,
     width,                # i32 W <= TILE_W
@@ -531,7 +532,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
     parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
-             torch.zeros((rows, order.segments), dtype=torch.int32, device=device),
+             torch.empty((rows, order.segments), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
