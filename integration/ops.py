@@ -42,11 +42,18 @@ from hw.layout import HEAD_DIMS, LAYOUTS_OF, bytes_per_token
 NAMESPACE = "mxidx"
 
 
-def _traced(name: str, mutates_args: tuple[str, ...], fake):
+def _traced(name: str, mutates_args: tuple[str, ...], fake, static_ints: tuple[str, ...] = ()):
     """Register the decorated function as op mxidx::<name> with its fake; return a callable that is the op under
-    torch.compile and the function itself in eager mode."""
+    torch.compile and the function itself in eager mode. static_ints: int arguments the schema declares `int`, not
+    `SymInt`, so that torch.compile passes their value as a constant (a symbolic output width from automatic
+    dynamic shapes went unbound in torch 2.11's generated CUDA wrapper)."""
     def register(fn):
-        op = torch.library.custom_op(f"{NAMESPACE}::{name}", fn, mutates_args=mutates_args)
+        schema = torch.library.infer_schema(fn, mutates_args=mutates_args)
+        for arg in static_ints:
+            if f"SymInt {arg}" not in schema:
+                raise AssertionError(f"{name}: no SymInt argument {arg!r} in {schema}")
+            schema = schema.replace(f"SymInt {arg}", f"int {arg}")
+        op = torch.library.custom_op(f"{NAMESPACE}::{name}", fn, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake)
 
         @functools.wraps(fn)
@@ -133,7 +140,7 @@ def _decode_fake(q_values, q_scales, kv_cache, weights, context_lens, block_tabl
     return q_values.new_empty((q_values.shape[0] * q_values.shape[1], max_context_len), dtype=torch.float32)
 
 
-@_traced("fp8_fp4_paged_mqa_logits", ("error_flag",), _decode_fake)
+@_traced("fp8_fp4_paged_mqa_logits", ("error_flag",), _decode_fake, static_ints=("max_context_len",))
 def fp8_fp4_paged_mqa_logits(q_values: torch.Tensor, q_scales: torch.Tensor | None, kv_cache: torch.Tensor,
                              weights: torch.Tensor, context_lens: torch.Tensor, block_table: torch.Tensor,
                              schedule_meta: torch.Tensor, max_context_len: int, clean_logits: bool,
@@ -148,7 +155,7 @@ def _top_k_fake(logits, lengths, k, starts):
     return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
 
 
-@_traced("top_k_per_row", (), _top_k_fake)
+@_traced("top_k_per_row", (), _top_k_fake, static_ints=("k",))
 def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, starts: torch.Tensor | None) -> torch.Tensor:
     """hw.top_k_per_row(logits, lengths, k, starts=starts) -> int32 [rows, k]."""
     return hw.top_k_per_row(logits, lengths, k, starts=starts)
