@@ -4,12 +4,12 @@
 
 Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run:
 
-- prefill 8192 x 8192 x H32/D128, full and causal, FP8: the shipped kernel; copies of it with one feature taken
-  out (patched source, loaded as a module of its own; each computes wrong logits somewhere on purpose: timing
-  probes, not kernels): `forward_order` (programs in grid order instead of the last query block first),
-  `no_load_masks` (key loads unmasked), `plain_store` (logits stored unmasked, no -inf), `plain_relu` (max
-  without NaN propagation); and `floor`, a kernel with only the structure (keys on M, the same tiles, no ranges,
-  masks or NaN rules).
+- prefill 8192 x 8192 x H32/D128, full and causal, FP8: the shipped kernel; copies of it with one choice
+  undone (patched source, loaded as a module of its own; timing probes, not kernels: the last two compute wrong
+  logits on purpose): `forward_order` (programs in grid order instead of the last query block first),
+  `masked_loads` (every key tile's loads masked, not only the tile past SK), `plain_store` (logits stored
+  unmasked, no -inf), `plain_relu` (max without NaN propagation); and `floor`, a kernel with only the structure
+  (keys on M, the same tiles, no ranges, masks or NaN rules).
 - the same for MXFP4: the shipped path (keys folded once by fold_keys_kernel) with the MXFP4 and the FP8 tiles
   and stages; fold_keys_kernel alone.
 - top-k of 8192 causal rows (row i sees i + 1 columns), k = 2048, as the hook's prefill calls it: each variant
@@ -36,18 +36,12 @@ INNER, REPLAYS = 3, 10
 SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
 SOURCE = Path(pk.__file__).read_text()
 
-#: feature name -> (old, new) source replacements that take it out
-PATCHES = {
+#: probe -> (old, new) source replacements that make it: the shipped kernel with one of its choices undone
+PROBES = {
     "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
                        "pid = tl.program_id(0).to(tl.int64)")],
-    "no_load_masks": [("mask=k_ok[:, None],\n                        other=0).to(tl.float8e4nv", ").to(tl.float8e4nv"),
-                      ("k_scale = tl.load(k_s_ptr + cols * stride_ks_t, mask=k_ok, other=0.0)",
-                       "k_scale = tl.load(k_s_ptr + cols * stride_ks_t)"),
-                      ("meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)",
-                       "meta = tl.load(kmeta_ptr + cols)"),
-                      ("k1 = tl.load(k_at, mask=k_ok[:, None], other=0)", "k1 = tl.load(k_at)"),
-                      ("k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0)",
-                       "k2 = tl.load(k_at + stride_k8_plane)")],
+    "masked_loads": [("PROMOTE_K, CLEAN, False)", "PROMOTE_K, CLEAN, True)"),
+                     ("PROMOTE_K, CLEAN, SPLIT, False)", "PROMOTE_K, CLEAN, SPLIT, True)")],
     "plain_store": [("""    if CLEAN:
         tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")),
                  mask=row_in[None, :] & (stored & (cols < SK))[:, None])
@@ -66,11 +60,11 @@ from .paged_keys_m import ("""),
 
 
 def patched_variant(feature: str, kv_dtype: str):
-    """The shipped variant of kv_dtype with `feature` taken out, registered as 'ablate_<feature>'."""
+    """The shipped variant of kv_dtype patched into probe `feature`, registered as 'ablate_<feature>_<kv_dtype>'."""
     text = SOURCE
-    for old, new in PATCHES[feature]:
+    for old, new in PROBES[feature]:
         if old not in text:
-            raise SystemExit(f"patch {feature}: {old[:60]!r} not found in {pk.__file__}")
+            raise SystemExit(f"probe {feature}: {old[:60]!r} not found in {pk.__file__}")
         text = text.replace(old, new)
     path = Path(tempfile.mkdtemp()) / f"_ablate_{feature}.py"
     path.write_text(text)
@@ -180,11 +174,11 @@ def main(out_path: str) -> None:
             us, tf = prefill_case("mxfp4", causal, launch_settings={"block_q": block_q, "num_stages": stages})
             log(f"mxfp4/{mode}/block_q{block_q}_stages{stages}", {"time_us": us, "TFLOPs": tf})
     log("mxfp4/fold_keys_kernel", {"time_us": fold_keys_case()})
-    for feature in PATCHES:
+    for feature in PROBES:
         for kv_dtype in ("fp8", "mxfp4"):
             name = patched_variant(feature, kv_dtype)
             for causal in (False, True):
-                key = f"{kv_dtype}/{'causal' if causal else 'full'}/without_{feature}"
+                key = f"{kv_dtype}/{'causal' if causal else 'full'}/probe_{feature}"
                 try:
                     us, tf = prefill_case(kv_dtype, causal, variant=name)
                     log(key, {"time_us": us, "TFLOPs": tf})

@@ -144,6 +144,54 @@ def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.c
 
 
 @triton.jit
+def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke, out_cols, row_in, SK,
+              BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+              MASKED: tl.constexpr):
+    """Score and store the FP8 keys `cols` of one tile. MASKED: the tile reaches past SK (its loads are masked);
+    else every key of it lies in [0, SK) and is loaded, seen by a row or not (visible masks the stores)."""
+    if MASKED:
+        k_ok = cols < SK
+        k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None], other=0)
+        k_scale = tl.load(k_s_ptr + cols * stride_ks_t, mask=k_ok, other=0.0)
+    else:
+        k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :])
+        k_scale = tl.load(k_s_ptr + cols * stride_ks_t)
+    logits = _head_sum(_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
+    visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+    _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN)
+
+
+@triton.jit
+def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c, ks, ke, lo, hi, out_cols, row_in,
+               SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+               SPLIT: tl.constexpr, MASKED: tl.constexpr):
+    """Score and store the folded MXFP4 keys `cols` of one tile (fold_keys_kernel's operands; MASKED as in
+    _fp8_tile) -> int32 [BLOCK_K]: 1 where a key in [lo, hi) is wide (the exact pass rescores it)."""
+    KH: tl.constexpr = kh.shape[0]
+    k_at = k8_ptr + cols[:, None] * KH + kh[None, :]
+    if MASKED:
+        k_ok = cols < SK
+        meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)
+        k1 = tl.load(k_at, mask=k_ok[:, None], other=0)
+    else:
+        meta = tl.load(kmeta_ptr + cols)
+        k1 = tl.load(k_at)
+    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+    if SPLIT:
+        if MASKED:
+            k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0)
+        else:
+            k2 = tl.load(k_at + stride_k8_plane)
+        acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
+    sk_max = meta & 0xFF
+    k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+    logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
+    visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+    _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
+    return (meta >> KEY_WIDE_SHIFT) & ((cols >= lo) & (cols < hi)).to(tl.int32)
+
+
+@triton.jit
 def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t,
                      D: tl.constexpr, BLOCK_K: tl.constexpr, MX_MODE: tl.constexpr):
     """MXFP4 keys -> the fold loop's operands, each key converted once (not once per query block).
@@ -212,6 +260,7 @@ def prefill_keys_m_kernel(
     lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
     first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
     end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
+    whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
     if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
@@ -231,15 +280,12 @@ def prefill_keys_m_kernel(
         d = tl.arange(0, D)
         q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=col_ok[:, None], other=0)        # [NQ, D]
         qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                             # [D, NQ]
-        for k0 in tl.range(first, hi, BLOCK_K, num_stages=NUM_STAGES):
-            cols = k0 + t
-            k_ok = (cols >= lo) & (cols < hi)
-            k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None],
-                        other=0).to(tl.float8e4nv, bitcast=True)                                   # [BLOCK_K, D]
-            k_scale = tl.load(k_s_ptr + cols * stride_ks_t, mask=k_ok, other=0.0)
-            logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD) * k_scale[:, None]
-            visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-            _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
+        for k0 in tl.range(first, tl.minimum(hi, whole_end), BLOCK_K, num_stages=NUM_STAGES):
+            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
+                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
+        for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
+            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
+                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
     elif not EXACT_PASS:
         # the query rows, converted once
         G: tl.constexpr = D // MX_BLOCK
@@ -267,23 +313,16 @@ def prefill_keys_m_kernel(
         # ones (after this launch)
         KH: tl.constexpr = D // 2 if SPLIT else D             # bytes per key of each operand
         kh = tl.arange(0, KH)
+        if not SPLIT:
+            qt2 = qt                                            # unused
+        fold_end = tl.where(q_wide > 0, first, hi)              # a wide query row: the exact pass scores all
         wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
-        for k0 in tl.range(first, tl.where(q_wide > 0, first, hi), BLOCK_K, num_stages=NUM_STAGES):
-            cols = k0 + t
-            k_ok = (cols >= lo) & (cols < hi)
-            k_at = k8_ptr + cols[:, None] * KH + kh[None, :]
-            meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)
-            k1 = tl.load(k_at, mask=k_ok[:, None], other=0).to(tl.float8e4nv, bitcast=True)     # [BLOCK_K, KH]
-            acc = _dot(k1, qt, None, PROMOTE_K)
-            if SPLIT:
-                k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0).to(tl.float8e4nv, bitcast=True)
-                acc = _dot(k2, qt2, acc, PROMOTE_K)
-            sk_max = meta & 0xFF
-            k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
-            logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
-            visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-            _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
-            wide_keys = wide_keys | (meta >> KEY_WIDE_SHIFT)
+        for k0 in tl.range(first, tl.minimum(fold_end, whole_end), BLOCK_K, num_stages=NUM_STAGES):
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
+                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, False)
+        for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
+                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
 
         tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
     else:
