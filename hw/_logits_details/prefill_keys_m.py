@@ -133,10 +133,14 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.constexpr):
+def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.constexpr, WHOLE: tl.constexpr):
     """Store the [BLOCK_K, BLOCK_Q] logits of one key tile into out[token, key] for the keys with `stored` True:
-    every column < SK of the program's rows (-inf where invisible) when CLEAN, else the visible entries."""
-    if CLEAN:
+    every column < SK of the program's rows (-inf where invisible) when CLEAN, else the visible entries. WHOLE:
+    every key of the tile is stored and lies below SK, so a CLEAN store masks by token only (constant along the
+    contiguous key axis: vector stores)."""
+    if CLEAN and WHOLE:
+        tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")), mask=row_in[None, :])
+    elif CLEAN:
         tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")),
                  mask=row_in[None, :] & (stored & (cols < SK))[:, None])
     else:
@@ -158,7 +162,7 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
         k_scale = tl.load(k_s_ptr + cols * stride_ks_t)
     logits = _head_sum(_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-    _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN)
+    _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
 
 @triton.jit
@@ -187,7 +191,7 @@ def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c,
     k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
     logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-    _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN)
+    _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, not MASKED)
     return (meta >> KEY_WIDE_SHIFT) & ((cols >= lo) & (cols < hi)).to(tl.int32)
 
 
@@ -349,7 +353,8 @@ def prefill_keys_m_kernel(
                     kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
                     s = _mx_exact_scores(_bytes_to_words(kb), ksc, q_exact, qs, MX_MODE)
                     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-                    _store_tile(out_cols, cols, _head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN)
+                    _store_tile(out_cols, cols, _head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN,
+                                False)
 
 
 # ============================================================================================ launcher
