@@ -44,8 +44,12 @@ PROBES = {
                      ("PROMOTE_K, CLEAN, SPLIT, False)", "PROMOTE_K, CLEAN, SPLIT, True)")],
     "plain_store": [("""    if CLEAN and WHOLE:
         tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")), mask=row_in[None, :])
-    elif CLEAN:""", """    tl.store(out_cols + cols[:, None], logits)
-    if False:""")],
+    elif CLEAN:
+        tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")),
+                 mask=row_in[None, :] & (stored & (cols < SK))[:, None])
+    else:
+        tl.store(out_cols + cols[:, None], logits, mask=visible & stored[:, None])""",
+                     """    tl.store(out_cols + cols[:, None], logits)""")],
     "plain_relu": [("from .paged_keys_m import (", """@triton.jit
 def _plain_head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
     KEYS: tl.constexpr = s.shape[0]
