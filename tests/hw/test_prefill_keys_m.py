@@ -56,6 +56,10 @@ CAUSAL = tuple((0, i + 1) for i in range(6))
 MIDDLE = ((40, 50), (45, 60), (0, 0), (90, 100), (41, 42))     # no token sees keys 0..39 or 60..89
 #: key-tile edges at block_k = 32: ranges ending / starting at 31, 32, 33, 64, 96 and SK = 97
 EDGES = ((0, 31), (0, 32), (0, 33), (31, 64), (32, 65), (33, 97), (64, 96), (96, 97), (97, 97), (1, 96))
+#: at block_q 2, block_k 32: key tiles every token of a block sees (stored whole, without masks) next to tiles
+#: some do not; FULL's last block has one token (never stored whole)
+FULL = ((0, 97),) * 5
+STAGGER = ((0, 97), (0, 97), (40, 97), (0, 97), (0, 64), (0, 97))
 CASES = [
     # spans 11 (the fold's limit), 12 and 30 (the exact fallback) in different tiles; a NaN key seen and one unseen
     Case("mxfp4", 128, 3, RAGGED, 70, spans=((5, 11), (20, 12), (66, 30)), nan_keys=(41, 69)),
@@ -74,6 +78,10 @@ CASES = [
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(2, 32), spans=((0, 20), (63, 13), (96, 30)), nan_keys=(33,)),
     Case("mxfp4", 128, 2, EDGES, 97, clean=False, tiles=(4, 32), spans=((31, 16), (64, 12))),
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), wide_query=(5, 2)),
+    Case("fp8", 64, 3, STAGGER, 97, tiles=(2, 32), nan_keys=(10, 70)),
+    Case("fp8", 64, 2, FULL, 97, clean=False, tiles=(2, 32)),
+    Case("mxfp4", 64, 3, STAGGER, 97, clean=False, tiles=(2, 32), spans=((35, 20),), nan_keys=(70,)),
+    Case("mxfp4", 128, 2, FULL, 97, tiles=(2, 32), spans=((5, 14),)),
 ]
 
 
