@@ -148,27 +148,11 @@ def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.c
 
 
 @triton.jit
-def _store_keys(out_cols, k0, cols, logits, visible, row_in, seen_lo, seen_hi, SK, CLEAN: tl.constexpr,
-                MASKED: tl.constexpr):
-    """_store_tile for the key tile [k0, k0 + BLOCK_K) of _fp8_tile / _fold_tile. Every token of the program sees
-    the keys [seen_lo, seen_hi) (an empty span when one does not, or the program has fewer than BLOCK_Q tokens): a
-    tile inside that span is stored whole, with no mask."""
-    BLOCK_K: tl.constexpr = cols.shape[0]
-    if MASKED:
-        _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, False)
-    elif (k0 >= seen_lo) & (k0 + BLOCK_K <= seen_hi):
-        tl.store(out_cols + cols[:, None], logits)
-    else:
-        _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, True)
-
-
-@triton.jit
-def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0, t, d, qt, w, ks, ke, seen_lo, seen_hi, out_cols,
-              row_in, SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke, out_cols, row_in, SK,
+              BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
               MASKED: tl.constexpr):
-    """Score and store the FP8 keys k0 + t of one tile. MASKED: the tile reaches past SK (its loads are masked);
+    """Score and store the FP8 keys `cols` of one tile. MASKED: the tile reaches past SK (its loads are masked);
     else every key of it lies in [0, SK) and is loaded, seen by a row or not (visible masks the stores)."""
-    cols = k0 + t
     if MASKED:
         k_ok = cols < SK
         k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None], other=0)
@@ -178,16 +162,15 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0, t, d, qt, w, ks, k
         k_scale = tl.load(k_s_ptr + cols * stride_ks_t)
     logits = _head_sum(_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-    _store_keys(out_cols, k0, cols, logits * k_scale[:, None], visible, row_in, seen_lo, seen_hi, SK, CLEAN, MASKED)
+    _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
 
 @triton.jit
-def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0, t, kh, qt, qt2, w_fold, c, ks, ke, lo, hi, seen_lo, seen_hi,
-               out_cols, row_in, SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr,
-               CLEAN: tl.constexpr, SPLIT: tl.constexpr, MASKED: tl.constexpr):
-    """Score and store the folded MXFP4 keys k0 + t of one tile (fold_keys_kernel's operands; MASKED as in
+def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c, ks, ke, lo, hi, out_cols, row_in,
+               SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+               SPLIT: tl.constexpr, MASKED: tl.constexpr):
+    """Score and store the folded MXFP4 keys `cols` of one tile (fold_keys_kernel's operands; MASKED as in
     _fp8_tile) -> int32 [BLOCK_K]: 1 where a key in [lo, hi) is wide (the exact pass rescores it)."""
-    cols = k0 + t
     KH: tl.constexpr = kh.shape[0]
     k_at = k8_ptr + cols[:, None] * KH + kh[None, :]
     if MASKED:
@@ -208,7 +191,7 @@ def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0, t, kh, qt, qt2, w_fold, c
     k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
     logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-    _store_keys(out_cols, k0, cols, logits, visible, row_in, seen_lo, seen_hi, SK, CLEAN, MASKED)
+    _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, not MASKED)
     return (meta >> KEY_WIDE_SHIFT) & ((cols >= lo) & (cols < hi)).to(tl.int32)
 
 
@@ -282,8 +265,6 @@ def prefill_keys_m_kernel(
     first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
     end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
-    seen_lo = tl.max(ks)                           # every token of the program sees [seen_lo, seen_hi)
-    seen_hi = tl.where(pid * BLOCK_Q + BLOCK_Q <= S, tl.min(ke), 0)
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
     if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
@@ -304,11 +285,11 @@ def prefill_keys_m_kernel(
         q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=col_ok[:, None], other=0)        # [NQ, D]
         qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                             # [D, NQ]
         for k0 in tl.range(first, tl.minimum(hi, whole_end), BLOCK_K, num_stages=NUM_STAGES):
-            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0, t, d, qt, w, ks, ke, seen_lo, seen_hi,
-                      out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
+            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
+                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
         for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
-            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0, t, d, qt, w, ks, ke, seen_lo, seen_hi,
-                      out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
+            _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
+                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
     elif not EXACT_PASS:
         # the query rows, converted once
         G: tl.constexpr = D // MX_BLOCK
@@ -341,13 +322,11 @@ def prefill_keys_m_kernel(
         fold_end = tl.where(q_wide > 0, first, hi)              # a wide query row: the exact pass scores all
         wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
         for k0 in tl.range(first, tl.minimum(fold_end, whole_end), BLOCK_K, num_stages=NUM_STAGES):
-            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0, t, kh, qt, qt2, w_fold, c, ks, ke, lo,
-                                    hi, seen_lo, seen_hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN,
-                                    SPLIT, False)
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
+                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, False)
         for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
-            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0, t, kh, qt, qt2, w_fold, c, ks, ke, lo,
-                                    hi, seen_lo, seen_hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN,
-                                    SPLIT, True)
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
+                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
 
         tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
     else:
