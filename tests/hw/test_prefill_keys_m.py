@@ -56,8 +56,8 @@ CAUSAL = tuple((0, i + 1) for i in range(6))
 MIDDLE = ((40, 50), (45, 60), (0, 0), (90, 100), (41, 42))     # no token sees keys 0..39 or 60..89
 #: key-tile edges at block_k = 32: ranges ending / starting at 31, 32, 33, 64, 96 and SK = 97
 EDGES = ((0, 31), (0, 32), (0, 33), (31, 64), (32, 65), (33, 97), (64, 96), (96, 97), (97, 97), (1, 96))
-#: at block_q 2, block_k 32: key tiles every token of a block sees (stored whole, without masks) next to tiles
-#: some do not; FULL's last block has one token (never stored whole)
+#: at block_q 2, block_k 32: key tiles every token of a block sees next to tiles some do not (unseen NaN keys
+#: among the loaded ones); FULL's last block has one token
 FULL = ((0, 97),) * 5
 STAGGER = ((0, 97), (0, 97), (40, 97), (0, 97), (0, 64), (0, 97))
 CASES = [
