@@ -16,7 +16,8 @@ Grid (cdiv(S, BLOCK_Q),), program p taking the p-th block from the end (longest 
 MXFP4 launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
 ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
 the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
-BLOCK_K, with a software-pipelined `tl.range`; keys outside [lo, hi) are never read. With clean_logits every other
+BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
+are scored but never stored), only the tile reaching past SK masks its loads. With clean_logits every other
 entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
 cover the columns before and after them.
 
@@ -34,11 +35,10 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
       int32 flag that it met one (or that one of its query rows spans more, in which case its fold loop does not
       run). A second launch of the kernel (EXACT_PASS; the same grid, more warps) returns at once for a program
       with no flag and otherwise rescores those keys, overwriting them (every key of [first, end) for a wide
-      query row), through paged_keys_m's exact fallback (D/32 exact block sums, E8M0 factors in fp32). Keeping
-      the wide keys out of the fold loop's stores would cost the loop ~40 registers on sm_90 (206 instead of 168,
-      D = 128, H = 32: 8 instead of 12 warps per SM); the exact pass, one fp32 tile more per key tile, runs on
-      8 warps. The fold is exact while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 and 2^(skmax + c - 266)
-      lies in [2^-149, 2^127] (paged_keys_m's scaling range).
+      query row), through paged_keys_m's exact fallback (D/32 exact block sums, E8M0 factors in fp32), so that
+      the fold loop carries no fallback (the exact pass, one fp32 tile more per key tile, runs on twice the
+      warps). A wide key no row sees does not raise the flag. The fold is exact while |w_h| * 2^(sqmax_h - c) is
+      0 or at least 2^-126 and 2^(skmax + c - 266) lies in [2^-149, 2^127] (paged_keys_m's scaling range).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; an FP8 key with a NaN scale is NaN; its logits are NaN.
 
 Declared precision (DESIGN §4's n and u): declared_precision().
@@ -96,13 +96,12 @@ FP8_PROMOTE_K = 0
 #: chain per warpgroup); AMD: the same tiles; the interpreter pays per Triton operation, not per element: large
 #: tiles, no pipelining
 TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
-#: MXFP4 up to D = 128 where it differs: on the H200, 256 columns and 4 stages convert each key tile once for
-#: twice the query tokens (8192 x 8192 x H32: 924 us against 974 us, docs/perf/h200-prefill-keys-m-tune.json); at
-#: D = 256 that tile spills
+#: MXFP4 up to D = 128 where it differs: 256 columns and 4 stages, faster on the H200 than FP8's tile also with
+#: the keys folded ahead (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_MXFP4 = {Target.NVIDIA: (256, 64, 4, 4)}
 TILES_MXFP4_MAX_D = 128
 _WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
-                      "has none): faster than 128 columns (docs/perf/h200-prefill-keys-m-tune.json)")
+                      "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
