@@ -168,7 +168,8 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     CUDA-graph capture). error_flag (keyword-only): None or an int32 [4] flag (hw.checks.new_error_flag); a row
     outside 0 <= ks <= ke <= SK is reported there (ErrorKind.RANGE) without a sync. variant (keyword-only): a
     hw.variants name of Op.PREFILL for q's format, else the target's default; launch_settings: fields of the
-    variant's settings to replace (tuning, tests).
+    variant's settings to replace (tuning, tests). Besides the output, the MXFP4 keys-on-M variant allocates
+    D + 4 bytes per key of scratch (its keys folded once) for the call.
     """
     check_flag("clean_logits", clean_logits)
     validate = validate_requested(validate)
