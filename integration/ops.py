@@ -32,6 +32,7 @@ Importing this module registers the ops once per process; like hw/, import it af
 from __future__ import annotations
 
 import functools
+import re
 
 import torch
 
@@ -50,9 +51,9 @@ def _traced(name: str, mutates_args: tuple[str, ...], fake, static_ints: tuple[s
     def register(fn):
         schema = torch.library.infer_schema(fn, mutates_args=mutates_args)
         for arg in static_ints:
-            if f"SymInt {arg}" not in schema:
-                raise AssertionError(f"{name}: no SymInt argument {arg!r} in {schema}")
-            schema = schema.replace(f"SymInt {arg}", f"int {arg}")
+            schema, found = re.subn(rf"\bSymInt {arg}\b", f"int {arg}", schema)
+            if found != 1:
+                raise AssertionError(f"{name}: no single SymInt argument {arg!r} in {schema}")
         op = torch.library.custom_op(f"{NAMESPACE}::{name}", fn, mutates_args=mutates_args, schema=schema)
         op.register_fake(fake)
 

@@ -17,7 +17,7 @@ MXFP4 launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks 
 ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
 the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
-are scored but never stored), only the tile reaching past SK masks its loads. With clean_logits every other
+are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
 entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
 cover the columns before and after them.
 
@@ -37,7 +37,7 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
       with no flag and otherwise rescores those keys, overwriting them (every key of [first, end) for a wide
       query row), through paged_keys_m's exact fallback (D/32 exact block sums, E8M0 factors in fp32), so that
       the fold loop carries no fallback (the exact pass, one fp32 tile more per key tile, runs on twice the
-      warps). A wide key no row sees does not raise the flag. The fold is exact while |w_h| * 2^(sqmax_h - c) is
+      warps). A wide key outside [lo, hi) does not raise the flag. The fold is exact while |w_h| * 2^(sqmax_h - c) is
       0 or at least 2^-126 and 2^(skmax + c - 266) lies in [2^-149, 2^127] (paged_keys_m's scaling range).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; an FP8 key with a NaN scale is NaN; its logits are NaN.
 
@@ -151,7 +151,7 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
               BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
               MASKED: tl.constexpr):
     """Score and store the FP8 keys `cols` of one tile. MASKED: the tile reaches past SK (its loads are masked);
-    else every key of it lies in [0, SK) and is loaded, seen by a row or not (visible masks the stores)."""
+    else every key of it lies in [0, SK) and is loaded, seen by a row or not (only visible scores are stored)."""
     if MASKED:
         k_ok = cols < SK
         k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None], other=0)
@@ -171,7 +171,10 @@ def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c,
     """Score and store the folded MXFP4 keys `cols` of one tile (fold_keys_kernel's operands; MASKED as in
     _fp8_tile) -> int32 [BLOCK_K]: 1 where a key in [lo, hi) is wide (the exact pass rescores it)."""
     KH: tl.constexpr = kh.shape[0]
-    k_at = k8_ptr + cols[:, None] * KH + kh[None, :]
+    if SPLIT:
+        k_at = k8_ptr + cols[:, None] * KH + kh[None, :]     # KH = D/2: the offsets of the codes, int32
+    else:
+        k_at = k8_ptr + cols[:, None].to(tl.int64) * KH + kh[None, :]   # 32 bytes a key, twice its codes
     if MASKED:
         k_ok = cols < SK
         meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)
@@ -195,7 +198,7 @@ def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c,
 
 
 @triton.jit
-def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t,
+def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t, stride_k8_plane,
                      D: tl.constexpr, BLOCK_K: tl.constexpr, MX_MODE: tl.constexpr):
     """MXFP4 keys -> the fold loop's operands, each key converted once (not once per query block).
 
@@ -206,7 +209,7 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
       kmeta int32 [SK]: bits 0-7 the key's largest block scale sk_max (E8M0_NAN: a NaN key), bit KEY_WIDE_SHIFT
           set when its scales span more than FOLD_SPAN binades (and it is not NaN): the fold flushed its low
           blocks and the exact pass rescores it.
-    Grid (cdiv(SK, BLOCK_K),)."""
+    stride_k8_plane: the offset of k8's second plane (SK * D / 2). Grid (cdiv(SK, BLOCK_K),)."""
     pid = tl.program_id(0).to(tl.int64)
     cols = pid * BLOCK_K + tl.arange(0, BLOCK_K)
     ok = cols < SK
@@ -223,7 +226,7 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
         k1, k2 = _fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE)
         at = k8_ptr + cols[:, None] * (D // 2) + jb[None, :]
         tl.store(at, k1, mask=ok[:, None])
-        tl.store(at + SK * (D // 2), k2, mask=ok[:, None])
+        tl.store(at + stride_k8_plane, k2, mask=ok[:, None])
     else:
         d = tl.arange(0, D)
         tl.store(k8_ptr + cols[:, None] * D + d[None, :], _fold(_bytes_to_words(kb), k_rel, MX_MODE),
@@ -387,8 +390,9 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
 
 def _launcher(kv_dtype: str):
     def launch(call: PrefillCall, s: KeysMPrefillSettings) -> None:
-        """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: two launches,
-        the fold pass and the exact pass, with an int32 flag per program between them (allocated here)."""
+        """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: three launches,
+        fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
+        between them (allocated here)."""
         mx = kv_dtype == "mxfp4"
         grid = (triton.cdiv(call.num_q, s.block_q),)
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
@@ -399,7 +403,7 @@ def _launcher(kv_dtype: str):
             kmeta = torch.empty(call.num_k, dtype=torch.int32, device=call.out.device)
             fold_keys_kernel[(triton.cdiv(call.num_k, FOLD_KEYS_BLOCK),)](
                 call.k_v, call.k_s, k8, kmeta, call.num_k, call.k_v.stride(0), call.k_s.stride(0),
-                D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
+                k8.stride(0), D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
         for exact_pass in (False, True) if mx else (False,):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
@@ -453,18 +457,19 @@ def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
     return CompileSpec(
         label=f"prefill_keys_m/mxfp4/fold_keys/D{head_dim}", fn=fold_keys_kernel,
         signature={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32", "SK": "i32",
-                   "stride_kv_t": "i32", "stride_ks_t": "i32"},
+                   "stride_kv_t": "i32", "stride_ks_t": "i32", "stride_k8_plane": "i32"},
         constexprs={"D": head_dim, "BLOCK_K": FOLD_KEYS_BLOCK,
                     "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim).mx_mode},
-        aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "SK"), targets=(target.isa_target,))
+        aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "stride_k8_plane", "SK"),
+        targets=(target.isa_target,))
 
 
 # ============================================================================================ registry records
 def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
     return Variant(
-        # the NVIDIA default: 3.5x (FP8) and 3.9x (MXFP4) the heads-on-M kernel's rate (docs/perf/h200-bench.md);
-        # AMD and the interpreter keep prefill_variants' until measured
+        # the NVIDIA default: several times the heads-on-M kernels' rate (docs/perf/h200-bench.md); AMD and the
+        # interpreter keep prefill_variants' until measured
         name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=frozenset({Target.NVIDIA}),
         settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim),
         launch=_launcher(kv_dtype), precision=declared_precision,

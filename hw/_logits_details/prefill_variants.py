@@ -44,7 +44,7 @@ class PrefillSettings:
 
 
 #: MMA rows (query tokens x padded heads) and key steps per target and q.k path. NVIDIA: 128 x 128 x 4 warps beat
-#: the scratch-free 64 x 64 x 8 by 1.8x-3.3x although they compile with a stack frame (docs/perf/h200-bench.md);
+#: the scratch-free 64 x 64 x 8 on the H200 although they compile with a stack frame (docs/perf/h200-tune.json);
 #: the unpack path spills at 128 rows and takes 64.
 _TILES = {  # target -> (rows per path, block_n, num_warps)
     Target.NVIDIA: ({"fp8": 128, "dot_scaled": 128, "unpack": 64}, 128, 4),
