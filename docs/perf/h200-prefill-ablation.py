@@ -7,7 +7,7 @@ Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replay
 - prefill 8192 x 8192 x H32/D128, full and causal, FP8: the shipped kernel; copies of it with one choice
   undone (patched source, loaded as a module of its own; timing probes, not kernels: the last two compute wrong
   logits on purpose): `forward_order` (programs in grid order instead of the last query block first),
-  `masked_loads` (every key tile's loads masked, not only the tile past SK), `plain_store` (logits stored
+  `masked_loads` (every key tile loaded and stored as the tile past SK is: masked), `plain_store` (logits stored
   unmasked, no -inf), `plain_relu` (max without NaN propagation); and `floor`, a kernel with only the structure
   (keys on M, the same tiles, no ranges, masks or NaN rules).
 - the same for MXFP4: the shipped path (keys folded once by fold_keys_kernel) with the MXFP4 and the FP8 tiles
