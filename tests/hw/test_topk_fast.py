@@ -161,3 +161,26 @@ def test_order_segment_overflow(device):
     radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
                        None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
+
+
+def test_scratch_is_never_trusted(device, monkeypatch):
+    """The launcher's scratch (candidates, selection, segment buckets, counts, bounds) comes from torch.empty:
+    filled here with garbage, the results do not change (the selecting kernels zero the counts they take atomic
+    slots from, instead of a memset before the launch)."""
+    real_empty = torch.empty
+
+    def poisoned_empty(*shape, dtype=None, device=None, **kw):
+        t = real_empty(*shape, dtype=dtype, device=device, **kw)
+        return t.fill_(7 if not t.is_floating_point() else float("nan"))
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+
+    case = CASES[0]
+    rng = np.random.default_rng(11)
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    for tiling in (TILINGS["segments"], TILINGS["long_segments_sampled"]):
+        out = real_empty((len(case.lengths), case.k), dtype=torch.int32, device=device)
+        radix_fast._launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
+        assert_exact(out.cpu().numpy(), sim_top_k(x, case.k, starts=starts, ends=ends),
+                     f"top-k indices over poisoned scratch ({tiling})")
