@@ -176,6 +176,22 @@ def test_matches_reference(case: Case, device):
         assert visible[token].any() and np.isnan(out[token][visible[token]]).all()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.kv_dtype == "mxfp4" and c.tiles], ids=str)
+def test_scratch_is_never_trusted(case: Case, device, monkeypatch):
+    """The MXFP4 launcher's scratch (the folded keys, their scale bytes, the per-program flags) comes from
+    torch.empty: filled with garbage that reads as NaN (bytes 0x7F: e4m3 NaN; int32 -1: a NaN scale byte with
+    the wide bit, every flag set), the logits do not change: every key the loops read was written first."""
+    want = run_case(case, device)[0]
+    real_empty = torch.empty
+
+    def poisoned_empty(*shape, dtype=None, device=None, **kw):
+        t = real_empty(*shape, dtype=dtype, device=device, **kw)
+        return t.fill_(0x7F) if dtype == torch.uint8 else t.fill_(-1) if dtype == torch.int32 else t
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    got = run_case(case, device)[0]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_cases_exercise_what_they_claim():
     """The span cases plant keys at the fold's limit and past it (the exact fallback), wide and NaN query rows,
     empty rows, unclamped ranges, every head dim, H from 1 to 64 and ranges ending at key-tile edges."""
