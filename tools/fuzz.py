@@ -372,6 +372,12 @@ def run_case(seed: int, index: int, device, *, all_variants: bool = True, compac
     return result
 
 
-def run(seed: int, cases: int, device, *, all_variants: bool = True, compact: bool = False) -> list[CaseResult]:
-    """run_case for cases 0 .. cases - 1 of `seed`."""
-    return [run_case(seed, i, device, all_variants=all_variants, compact=compact) for i in range(cases)]
+def run(seed: int, cases: int, device, *, all_variants: bool = True, compact: bool = False,
+        progress=None) -> list[CaseResult]:
+    """run_case for cases 0 .. cases - 1 of `seed`; progress(done, failed) after each case when given."""
+    results = []
+    for i in range(cases):
+        results.append(run_case(seed, i, device, all_variants=all_variants, compact=compact))
+        if progress is not None:
+            progress(i + 1, sum(1 for r in results if r.failures))
+    return results

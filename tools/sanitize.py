@@ -34,6 +34,7 @@ TOOL_CASES = {"memcheck": 1.0, "racecheck": 0.5}
 SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 EXIT_UNAVAILABLE = 3
 EXIT_NO_GPU = 2
+PROGRESS_EVERY = 25      # fuzz cases between progress lines (stderr)
 
 
 def find_sanitizer() -> str | None:
@@ -52,7 +53,12 @@ def _run_fuzz(seed: int, cases: int, compact: bool) -> dict:
 
     from . import fuzz  # after choose_device: TRITON_INTERPRET is read when hw's kernels are defined
     start = time.perf_counter()
-    results = fuzz.run(seed, cases, torch.device("cuda"), compact=compact)
+
+    def progress(done: int, failed: int) -> None:   # a long run shows where it is (and what a timeout cut off)
+        if done % PROGRESS_EVERY == 0 or done == cases:
+            print(f"fuzz [{done}/{cases}] {failed} failed, {time.perf_counter() - start:.1f} s", file=sys.stderr,
+                  flush=True)
+    results = fuzz.run(seed, cases, torch.device("cuda"), compact=compact, progress=progress)
     bad = [r.describe() for r in results if r.failures]
     return {"cases": cases, "seed": seed, "compact": compact, "failed": len(bad), "failures": bad,
             "seconds": round(time.perf_counter() - start, 1)}

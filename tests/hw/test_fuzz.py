@@ -33,6 +33,12 @@ def test_every_layout_meets_every_hostile_input():
     assert drawn == {(lay, h) for lay in fuzz.LAYOUTS for h in fuzz.HOSTILE}
 
 
+def test_run_reports_progress(device):
+    calls = []
+    results = fuzz.run(SEED, 2, device, all_variants=False, progress=lambda done, failed: calls.append((done, failed)))
+    assert calls == [(1, 0), (2, 0)] and len(results) == 2
+
+
 def test_fuzz_catches_a_wrong_flag(device, monkeypatch):
     """The checks can fail: a flag the case does not explain, and a flag missing where it should be set."""
     flag = new_error_flag(device)

@@ -39,3 +39,17 @@ def test_sanitizer_summary_is_counted(summary, status, rc, tmp_path, monkeypatch
     tools = json.loads((tmp_path / "out" / "sanitizer.json").read_text())["tools"]
     assert [t["status"] for t in tools.values()] == [status, status]
     assert (tmp_path / "out" / "memcheck.log").read_text().strip().endswith(summary)
+
+
+def test_fuzz_progress_is_shown(monkeypatch, capsys):
+    """A long fuzz run prints where it is to stderr every PROGRESS_EVERY cases and at its end."""
+    from tools import fuzz
+
+    def fake_run(seed, cases, device, *, compact, progress):
+        for done in range(1, cases + 1):
+            progress(done, int(done > 30))
+        return []
+    monkeypatch.setattr(fuzz, "run", fake_run)
+    assert sanitize._run_fuzz(0, 60, True)["failed"] == 0
+    lines = [line.split(",")[0] for line in capsys.readouterr().err.splitlines()]
+    assert lines == ["fuzz [25/60] 0 failed", "fuzz [50/60] 1 failed", "fuzz [60/60] 1 failed"]
