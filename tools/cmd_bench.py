@@ -247,19 +247,27 @@ def _prefill_case(kv_dtype, *, variant, inner, replays, **shape):
     return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
 
 
-def _topk_case(*, variant, rows, width, k, inner, replays):
+def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False):
+    """Top-k of `rows` N(0, 1) rows of `width` columns, every column visible, or with causal row i seeing its first
+    i + 1 + width - rows (the rows of the hook's prefill of one prompt); torch.topk of the same rows (-inf past
+    the visible columns) in the same run."""
     import torch
 
     import hw
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = torch.randn(rows, width, device="cuda", generator=gen)
-    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+    if causal:
+        lengths = torch.arange(width - rows + 1, width + 1, dtype=torch.int32, device="cuda").clamp(min=0)
+        padded = logits.masked_fill(torch.arange(width, device="cuda") >= lengths[:, None], float("-inf"))
+    else:
+        lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+        padded = logits
     ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, variant=variant)], inner=inner,
                           replays=replays)
-    ref = _graph_time_us([lambda: torch.topk(logits, k, dim=1)], inner=inner, replays=replays)
-    return {"variant": variant, "rows": rows, "width": width, "k": k, "time_us": ours, "torch_topk_us": ref,
-            "vs_torch": ours / ref}
+    ref = _graph_time_us([lambda: torch.topk(padded, k, dim=1)], inner=inner, replays=replays)
+    return {"variant": variant, "rows": rows, "width": width, "k": k, "causal": causal, "time_us": ours,
+            "torch_topk_us": ref, "vs_torch": ours / ref}
 
 
 def _table(rows, columns):
@@ -356,6 +364,11 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
         click.echo(f"top-k {v.name} {width} ...", err=True)
         topk.append(_topk_case(variant=v.name, rows=batch * next_n, width=width, k=topk_k, inner=inner,
                                replays=replays))
+    if prefill_step and topk_k:   # the rows of the hook's prefill: many causal rows, the default variant
+        default = select(Op.TOPK, target)
+        click.echo(f"top-k {default.name} {prefill_step} causal rows ...", err=True)
+        topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k, inner=3,
+                               replays=replays, causal=True))
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
                f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
@@ -377,8 +390,8 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     if topk:
         click.echo("top-k (exact, ours) vs torch.topk:")
         click.echo(_table(topk, [("variant", "variant", ""), ("rows", "rows", "d"), ("width", "width", "d"),
-                                 ("k", "k", "d"), ("ours us", "time_us", ".1f"), ("torch us", "torch_topk_us", ".1f"),
-                                 ("vs torch", "vs_torch", ".2f")]))
+                                 ("causal", "causal", ""), ("k", "k", "d"), ("ours us", "time_us", ".1f"),
+                                 ("torch us", "torch_topk_us", ".1f"), ("vs torch", "vs_torch", ".2f")]))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "decode_step": step,

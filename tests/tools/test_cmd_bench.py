@@ -64,8 +64,8 @@ def test_inputs_pass_the_variant_and_settings(device):
 
 def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     """The orchestration, with the GPU timings replaced by stand-ins: every decode / prefill / top-k variant of
-    the GPU target is timed, the decode step, prefill at both sizes, the hook's prefill, top-k at both widths;
-    the JSON has them."""
+    the GPU target is timed, the decode step, prefill at both sizes, the hook's prefill, top-k at both widths and
+    over the hook's prefill rows; the JSON has them."""
     import json
 
     from hw.targets import Op, Target
@@ -95,5 +95,8 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     assert {r["variant_arg"] for r in report["prefill"]} >= {v.name for v in variants(Op.PREFILL, target=Target.NVIDIA)}
     assert {r["queries"] for r in report["prefill"]} == {4096, 8192}
     assert {(r["format"], r["prompt"]) for r in report["hook_prefill"]} == {("fp8", 8192), ("mxfp4", 8192)}
-    assert {(r["variant"], r["width"]) for r in report["topk"]} == \
-        {(v.name, w) for v in variants(Op.TOPK, target=Target.NVIDIA) for w in (8192, 131072)}
+    rows = [r for r in report["topk"] if not r.get("causal")]
+    assert sorted((r["variant"], r["width"]) for r in rows) == \
+        sorted((v.name, w) for w in (8192, 131072) for v in variants(Op.TOPK, target=Target.NVIDIA))
+    causal = [r for r in report["topk"] if r.get("causal")]     # the hook's prefill rows, the default variant
+    assert [(r["variant"], r["rows"], r["width"]) for r in causal] == [("radix_fast", 8192, 8192)]
