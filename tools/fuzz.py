@@ -375,9 +375,10 @@ def run_case(seed: int, index: int, device, *, all_variants: bool = True, compac
 def run(seed: int, cases: int, device, *, all_variants: bool = True, compact: bool = False,
         progress=None) -> list[CaseResult]:
     """run_case for cases 0 .. cases - 1 of `seed`; progress(done, failed) after each case when given."""
-    results = []
+    results, failed = [], 0
     for i in range(cases):
         results.append(run_case(seed, i, device, all_variants=all_variants, compact=compact))
+        failed += bool(results[-1].failures)
         if progress is not None:
-            progress(i + 1, sum(1 for r in results if r.failures))
+            progress(i + 1, failed)
     return results
