@@ -1,8 +1,9 @@
 """What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
 
-    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|chunks]
 
-Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run:
+Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run.
+GRID `levers` (the default):
 
 - prefill 8192 x 8192 x H32/D128, full and causal, FP8: the shipped kernel; copies of it with one choice
   undone (patched source, loaded as a module of its own; timing probes, not kernels: the last two compute wrong
@@ -14,6 +15,10 @@ Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replay
   and stages; fold_keys_kernel alone.
 - top-k of 8192 causal rows (row i sees i + 1 columns), k = 2048, as the hook's prefill calls it: each variant
   and on-chip warp count, and torch.topk of the -inf padded rows.
+
+GRID `chunks`: the shipped kernels with their query blocks' columns split into chunks of 0 (none), 64, 32, 16 or 8
+key tiles per program, FP8 and MXFP4, full and causal, 8192 and 4096 queries = keys; the floor at both sizes; FP8
+full on 256 MMA columns (block_q 8) at 3 and 4 stages, chunks of 32 tiles.
 """
 import dataclasses
 import importlib.util
@@ -38,8 +43,8 @@ SOURCE = Path(pk.__file__).read_text()
 
 #: probe -> (old, new) source replacements that make it: the shipped kernel with one of its choices undone
 PROBES = {
-    "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
-                       "pid = tl.program_id(0).to(tl.int64)")],
+    "forward_order": [("item = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
+                       "item = tl.program_id(0).to(tl.int64)")],
     "masked_loads": [("PROMOTE_K, CLEAN, False)", "PROMOTE_K, CLEAN, True)"),
                      ("PROMOTE_K, CLEAN, SPLIT, False)", "PROMOTE_K, CLEAN, SPLIT, True)")],
     "plain_store": [("""    if CLEAN and WHOLE:
@@ -100,23 +105,24 @@ def _floor_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, out_ptr, SK, H: tl.constexpr, D: 
         tl.store(out_ptr + tok[None, :] * SK + (k0 + j)[:, None], o)
 
 
-def floor_case(causal: bool) -> float:
+def floor_case(causal: bool, size: int = SIZE) -> float:
     if causal:
         return float("nan")   # the floor has no ranges
     s = pk.keys_m_prefill_settings(Target.NVIDIA, "fp8", HEADS, HEAD_DIM)
-    q = torch.randint(0, 0x7E, (SIZE, HEADS, HEAD_DIM), dtype=torch.uint8, device="cuda")
-    k = torch.randint(0, 0x7E, (SIZE, HEAD_DIM), dtype=torch.uint8, device="cuda")
-    w, ks = torch.rand(SIZE, HEADS, device="cuda"), torch.rand(SIZE, device="cuda")
-    out = torch.empty(SIZE, SIZE, device="cuda")
+    q = torch.randint(0, 0x7E, (size, HEADS, HEAD_DIM), dtype=torch.uint8, device="cuda")
+    k = torch.randint(0, 0x7E, (size, HEAD_DIM), dtype=torch.uint8, device="cuda")
+    w, ks = torch.rand(size, HEADS, device="cuda"), torch.rand(size, device="cuda")
+    out = torch.empty(size, size, device="cuda")
 
     def call():
-        _floor_kernel[(SIZE // s.block_q,)](q, w, k, ks, out, SIZE, H=HEADS, D=HEAD_DIM, BQ=s.block_q,
+        _floor_kernel[(size // s.block_q,)](q, w, k, ks, out, size, H=HEADS, D=HEAD_DIM, BQ=s.block_q,
                                             BK=s.block_k, STAGES=s.num_stages, num_warps=s.num_warps)
     return _graph_time_us([call], inner=INNER, replays=REPLAYS)
 
 
-def prefill_case(kv_dtype: str, causal: bool, variant=None, launch_settings=None) -> tuple[float, float]:
-    call, flops = prefill_inputs(kv_dtype, "cuda", queries=SIZE, keys=SIZE, heads=HEADS, head_dim=HEAD_DIM,
+def prefill_case(kv_dtype: str, causal: bool, variant=None, launch_settings=None,
+                 size: int = SIZE) -> tuple[float, float]:
+    call, flops = prefill_inputs(kv_dtype, "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM,
                                  causal=causal, variant=variant, launch_settings=launch_settings)
     us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
     return us, flops / us / 1e6
@@ -130,7 +136,7 @@ def fold_keys_case() -> float:
 
     def call():
         pk.fold_keys_kernel[(triton.cdiv(SIZE, pk.FOLD_KEYS_BLOCK),)](
-            codes, scales, k8, meta, SIZE, codes.stride(0), scales.stride(0), D=HEAD_DIM,
+            codes, scales, k8, meta, SIZE, codes.stride(0), scales.stride(0), k8.stride(0), D=HEAD_DIM,
             BLOCK_K=pk.FOLD_KEYS_BLOCK, MX_MODE=pk.MX_FOLD_PTX.value, num_warps=4)
     return _graph_time_us([call], inner=INNER, replays=REPLAYS)
 
@@ -157,7 +163,22 @@ def topk_cases(log):
                                                            inner=INNER, replays=REPLAYS)})
 
 
-def main(out_path: str) -> None:
+def chunks_grid(log) -> None:
+    for size in (SIZE, SIZE // 2):
+        log(f"{size}/fp8/full/floor", {"time_us": floor_case(False, size)})
+        for kv_dtype in ("fp8", "mxfp4"):
+            for causal in (False, True):
+                for chunk_tiles in (0, 64, 32, 16, 8):
+                    us, tf = prefill_case(kv_dtype, causal, launch_settings={"chunk_tiles": chunk_tiles}, size=size)
+                    log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/chunk_tiles{chunk_tiles}",
+                        {"time_us": us, "TFLOPs": tf})
+        for block_q, stages in ((8, 3), (8, 4)):      # FP8 on MXFP4's 256 columns, chunks of 32 tiles
+            us, tf = prefill_case("fp8", False, size=size, launch_settings={
+                "block_q": block_q, "num_stages": stages, "chunk_tiles": 32})
+            log(f"{size}/fp8/full/block_q{block_q}_stages{stages}_chunk_tiles32", {"time_us": us, "TFLOPs": tf})
+
+
+def main(out_path: str, grid: str = "levers") -> None:
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
 
     def log(key, value):
@@ -165,6 +186,8 @@ def main(out_path: str) -> None:
         print(key, value, flush=True)
         Path(out_path).write_text(json.dumps(results, indent=1))
 
+    if grid == "chunks":
+        return chunks_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)
@@ -190,4 +213,4 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -67,6 +67,7 @@ import triton
 import triton.language as tl
 
 from .._error_flag import INT32_MIN, KIND_CONTEXT_PAST_TABLE, KIND_PAGE_ID, report_if
+from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import (
     MX_BLOCK,
@@ -532,16 +533,17 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr,
+    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride, num_cache_pages pages); w: fp32 [B*N, H]; ctx: int32 [B] or
     [B, N]; bt: int32 [B, max_pages]; out: fp32 [B*N, W]; flag: int32 [4] error flag (HAS_FLAG). Innermost
-    dimensions contiguous; strides in elements. Grid (B, chunks).
+    dimensions contiguous; strides in elements. Grid (B, chunks). PDL: hw._pdl's programmatic dependent launch.
 
     Keys of a page that is not ok (_tile_pages: past the table, or an out-of-range id) are never loaded; their
     scales load as NaN (FP8 scale NaN, E8M0 255), so their visible logits are NaN."""
     tl.static_assert(TILES <= MAX_TILES)
+    grid_dependency_sync(PDL)
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     n = tl.arange(0, N_PAD)
@@ -684,6 +686,7 @@ class KeysMSettings:
     num_warps: int
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
+    pdl: bool           # programmatic dependent launch (hw._pdl): on NVIDIA
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
@@ -708,7 +711,8 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
         num_warps=num_warps if num_warps is not None else
         4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
-        mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
+        mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
+        pdl=target is Target.NVIDIA)
 
 
 def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, out, *, cap: int, page_stride: int,
@@ -766,7 +770,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
         CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
-        num_warps=s.num_warps,
+        num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
     )
 
 
@@ -790,7 +794,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False},
+                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 

@@ -53,6 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
@@ -90,14 +91,15 @@ class FastTiling:
     samples: int = SEGMENT_SAMPLES   # splitter samples per segment
     num_warps: int = NUM_WARPS       # of the selecting kernels
     order_warps: int = ORDER_WARPS   # of _order_kernel
+    pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
 
 
-def fast_tiling(width: int, k: int) -> FastTiling:
+def fast_tiling(width: int, k: int, pdl: bool = False) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K."""
     if width <= TILE_W:
-        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK)
+        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK,
-                      num_warps=LONG_NUM_WARPS)
+                      num_warps=LONG_NUM_WARPS, pdl=pdl)
 
 
 @dataclass(frozen=True)
@@ -327,7 +329,9 @@ def _topk_row_kernel(
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = sel_ptr + row * K_PAD
@@ -367,7 +371,9 @@ def _group_max_kernel(
     HAS_STARTS: tl.constexpr,
     GROUP: tl.constexpr,  # columns per group (power of two)
     GROUPS_PER_PROGRAM: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
     start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
@@ -403,7 +409,9 @@ def _topk_long_kernel(
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = sel_ptr + row * K_PAD
@@ -463,11 +471,13 @@ def _order_kernel(
     K_PAD: tl.constexpr,
     SEGMENTS: tl.constexpr,     # programs per row (grid axis 1); 1: the program sorts the whole selection
     SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
+    PDL: tl.constexpr,
 ):
     """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
     columns at its rank offset, the number of selected composites in the ranges above. A range holding more than
     SEG_CAP composites (a sample that missed) is sorted at twice the width, one holding more than 2 * SEG_CAP
     (skewed samples) at the full K_PAD width: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
+    grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
     sel_row = sel_ptr + row * K_PAD
@@ -529,6 +539,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     order = ordering(k, tiling)
     common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device
+    pdl = pdl_launch(tiling.pdl, device)
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
     parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
@@ -536,7 +547,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
-                                  TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common)
+                                  TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common, **pdl)
     else:
         group = group_size(width, tiling.tile_w)
         groups = triton.cdiv(width, group)
@@ -544,12 +555,13 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         gmax = torch.empty((rows, groups), dtype=torch.int32, device=logits.device)
         _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
-            GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps)
+            GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, sel, cand, *parts, width, logits.stride(0),
-                                   groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common)
+                                   groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common,
+                                   **pdl)
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=tiling.order_warps)
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=tiling.order_warps, **pdl)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
@@ -564,17 +576,16 @@ _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
 
 
 def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
-    """The kernels top_k_radix_fast launches for rows of `width` columns at k, as CompileSpecs (hw.isa_spec)."""
-    tiling = fast_tiling(width, k)
+    """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec)."""
+    tiling = fast_tiling(width, k, pdl=True)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
     order = ordering(k, tiling)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "SEGMENTS": order.segments, "STRIDE": order.stride,
-              "SEG_CAP": order.seg_cap}
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
-                    "SEG_CAP": order.seg_cap}, targets=ISA_TARGETS)
+                    "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}, targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
                             constexprs=common | {"TILE_W": max(triton.next_power_of_2(width), MIN_K_PAD)},
@@ -582,7 +593,7 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     group = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
-                    num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": group,
+                    num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": group, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // group)},
                     targets=ISA_TARGETS),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
@@ -605,7 +616,7 @@ def _launch_variant(call, tiling: FastTiling) -> None:
 VARIANT = Variant(
     name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
     default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
-    settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k),
+    settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k, pdl=target is Target.NVIDIA),
     launch=_launch_variant, precision=None,
     isa_specs=lambda: tuple(spec for shape in ISA_SHAPES for spec in isa_specs(*shape)),
     summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs")

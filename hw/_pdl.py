@@ -1,0 +1,48 @@
+"""Programmatic dependent launch (PDL, NVIDIA sm_90 and later) for the kernels of a decode step.
+
+A kernel launched with PDL may be scheduled while the previous kernel of its stream is still running (once every
+program of that kernel has started, or called `griddepcontrol.launch_dependents`), so its programs are resident
+and waiting when the previous kernel ends, instead of being launched after it. A kernel that takes part:
+
+  - has a constexpr PDL and calls `grid_dependency_sync(PDL)` before its first global memory access: the wait
+    returns once the previous kernel has completed and its writes are visible (whatever that kernel is, ours or
+    not, launched with PDL or not), so nothing it reads or writes can race with it;
+  - is launched with `**pdl_launch(settings.pdl, device)`, which turns PDL off where the device cannot do it.
+
+Without PDL (the interpreter, AMD, pre-sm_90 NVIDIA) the constexpr removes the code and the launch is ordinary.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+PDL_MIN_CAPABILITY = (9, 0)     # griddepcontrol needs sm_90
+
+
+@triton.jit
+def grid_dependency_sync(PDL: tl.constexpr):
+    """PDL: wait for the previous kernel of the stream, then let the next one be scheduled (its programs wait in
+    their own grid_dependency_sync until this kernel ends). A no-op without PDL."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@functools.lru_cache(maxsize=None)
+def _capable(device_type: str, index: int | None) -> bool:
+    if device_type != "cuda" or torch.version.hip:
+        return False
+    return torch.cuda.get_device_capability(index) >= PDL_MIN_CAPABILITY
+
+
+def pdl_launch(wanted: bool, device: torch.device) -> dict:
+    """The launch keywords of a kernel with a PDL constexpr: PDL on (with launch_pdl) when `wanted` and the
+    device is an NVIDIA GPU of compute capability >= 9.0, else PDL off."""
+    device = torch.device(device)
+    if wanted and _capable(device.type, device.index):
+        return {"PDL": True, "launch_pdl": True}
+    return {"PDL": False}
