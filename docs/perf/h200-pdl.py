@@ -2,11 +2,14 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles]
 
+GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
 - the decode step as the hook runs it (scorer + top-k of every row, k = 2048), PDL on or off in both;
 - top-k of 64 rows of 8192 and 131072 columns, k = 2048.
+
+GRID `tiles`: the decode scorers with PDL at 4, 8 or 16 tiles of 64 keys per program and 2 or 3 pipeline stages.
 """
 import json
 import sys
@@ -39,6 +42,18 @@ def decode_cases(log) -> None:
             log(f"decode_step/{kv_dtype}/pdl_{mode}", {"time_us": us})
 
 
+def tile_cases(log) -> None:
+    for kv_dtype in ("fp8", "mxfp4"):
+        for tiles in (4, 8, 16):
+            for stages in (2, 3):
+                settings = {"tiles": tiles, "num_stages": stages}
+                sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings=settings, **SHAPE)
+                        for i in range(INPUT_SETS)]
+                us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+                log(f"decode/{kv_dtype}/tiles{tiles}_stages{stages}", {"time_us": us,
+                                                                       "GBps": sets[0][1] / us / 1e3})
+
+
 def topk_cases(log) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for width in (8192, 131072):
@@ -55,7 +70,7 @@ def topk_cases(log) -> None:
                                                                       inner=INNER, replays=REPLAYS)})
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, grid: str = "pdl") -> None:
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
 
     def log(key, value):
@@ -64,9 +79,11 @@ def main(out_path: str) -> None:
         Path(out_path).write_text(json.dumps(results, indent=1))
 
     log("copy", _copy_GBps(INNER, REPLAYS))
+    if grid == "tiles":
+        return tile_cases(log)
     decode_cases(log)
     topk_cases(log)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -1,6 +1,6 @@
 """What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
 
-    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|chunks]
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles]
 
 Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run.
 GRID `levers` (the default):
@@ -16,9 +16,8 @@ GRID `levers` (the default):
 - top-k of 8192 causal rows (row i sees i + 1 columns), k = 2048, as the hook's prefill calls it: each variant
   and on-chip warp count, and torch.topk of the -inf padded rows.
 
-GRID `chunks`: the shipped kernels with their query blocks' columns split into chunks of 0 (none), 64, 32, 16 or 8
-key tiles per program, FP8 and MXFP4, full and causal, 8192 and 4096 queries = keys; the floor at both sizes; FP8
-full on 256 MMA columns (block_q 8) at 3 and 4 stages, chunks of 32 tiles.
+GRID `tiles`: FP8 at 128 and 256 MMA columns (block_q 4 and 8 tokens of 32 heads) and 3 or 4 pipeline stages,
+full and causal, 8192 and 4096 queries = keys; both on 128 keys and 8 warps (full); the floor at both sizes.
 """
 import dataclasses
 import importlib.util
@@ -43,8 +42,8 @@ SOURCE = Path(pk.__file__).read_text()
 
 #: probe -> (old, new) source replacements that make it: the shipped kernel with one of its choices undone
 PROBES = {
-    "forward_order": [("item = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
-                       "item = tl.program_id(0).to(tl.int64)")],
+    "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
+                       "pid = tl.program_id(0).to(tl.int64)")],
     "masked_loads": [("PROMOTE_K, CLEAN, False)", "PROMOTE_K, CLEAN, True)"),
                      ("PROMOTE_K, CLEAN, SPLIT, False)", "PROMOTE_K, CLEAN, SPLIT, True)")],
     "plain_store": [("""    if CLEAN and WHOLE:
@@ -163,19 +162,19 @@ def topk_cases(log):
                                                            inner=INNER, replays=REPLAYS)})
 
 
-def chunks_grid(log) -> None:
+def tiles_grid(log) -> None:
     for size in (SIZE, SIZE // 2):
         log(f"{size}/fp8/full/floor", {"time_us": floor_case(False, size)})
-        for kv_dtype in ("fp8", "mxfp4"):
-            for causal in (False, True):
-                for chunk_tiles in (0, 64, 32, 16, 8):
-                    us, tf = prefill_case(kv_dtype, causal, launch_settings={"chunk_tiles": chunk_tiles}, size=size)
-                    log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/chunk_tiles{chunk_tiles}",
-                        {"time_us": us, "TFLOPs": tf})
-        for block_q, stages in ((8, 3), (8, 4)):      # FP8 on MXFP4's 256 columns, chunks of 32 tiles
+        for causal in (False, True):
+            for block_q, stages in ((4, 3), (4, 4), (8, 3), (8, 4)):
+                us, tf = prefill_case("fp8", causal, launch_settings={"block_q": block_q, "num_stages": stages},
+                                      size=size)
+                log(f"{size}/fp8/{'causal' if causal else 'full'}/block_q{block_q}_stages{stages}",
+                    {"time_us": us, "TFLOPs": tf})
+        for block_q in (4, 8):      # two warpgroups on 128 keys
             us, tf = prefill_case("fp8", False, size=size, launch_settings={
-                "block_q": block_q, "num_stages": stages, "chunk_tiles": 32})
-            log(f"{size}/fp8/full/block_q{block_q}_stages{stages}_chunk_tiles32", {"time_us": us, "TFLOPs": tf})
+                "block_q": block_q, "block_k": 128, "num_warps": 8, "num_stages": 3})
+            log(f"{size}/fp8/full/block_q{block_q}_block_k128_warps8_stages3", {"time_us": us, "TFLOPs": tf})
 
 
 def main(out_path: str, grid: str = "levers") -> None:
@@ -186,8 +185,8 @@ def main(out_path: str, grid: str = "levers") -> None:
         print(key, value, flush=True)
         Path(out_path).write_text(json.dumps(results, indent=1))
 
-    if grid == "chunks":
-        return chunks_grid(log)
+    if grid == "tiles":
+        return tiles_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)

@@ -12,15 +12,14 @@ relu keeps NaN; the head sum is a register reduction per query token; the key's 
 MXFP4: a power of two) multiplies once, after the head sum. The [keys, tokens] tile is stored transposed into
 out[token, key].
 
-Grid: one program per query block and chunk of its columns (chunk_tiles key tiles; all of them when 0), the last
-query blocks first (longest rows first in causal batches); MXFP4 launches it twice, after fold_keys_kernel (below).
-Ranges are clamped (ks < 0 acts as 0, ke > SK as SK, ks >= ke is an empty row). A program loads its query rows,
-weights and (MXFP4) their conversion once, then walks the keys [lo, hi) of the union of its non-empty rows' ranges
-inside its chunk in BLOCK_K steps from lo rounded down to a multiple of BLOCK_K, with a software-pipelined
-`tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees are scored, their scores never
-stored), only the tile reaching past SK masks its loads. With clean_logits every other entry of its rows in its
-chunk is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops cover the
-columns before and after them.
+Grid (cdiv(S, BLOCK_Q),), program p taking the p-th block from the end (longest rows first in causal batches);
+MXFP4 launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
+ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
+the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
+BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
+are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
+entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
+cover the columns before and after them.
 
 MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
@@ -101,9 +100,6 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: the keys folded ahead (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_MXFP4 = {Target.NVIDIA: (256, 64, 4, 4)}
 TILES_MXFP4_MAX_D = 128
-#: key tiles per program where the query blocks' columns are split (0 or absent: one program per query block):
-#: NVIDIA: short programs at the end of the grid (docs/perf/h200-prefill-ablation.md)
-CHUNK_TILES = {Target.NVIDIA: 32}
 _WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
                       "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
@@ -240,7 +236,7 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
 @triton.jit
 def prefill_keys_m_kernel(
     q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
-    S, SK, chunk_keys, num_chunks,
+    S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -249,48 +245,37 @@ def prefill_keys_m_kernel(
 ):
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
-    out fp32 [S, SK]; wide: int32 [programs] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
+    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
     program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
     k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
     dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
-    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass).
-
-    Grid (cdiv(S, BLOCK_Q) * num_chunks,): program p owns the columns [c * chunk_keys, (c + 1) * chunk_keys) of
-    query block qb (chunk_keys a multiple of BLOCK_K, num_chunks = max(1, cdiv(SK, chunk_keys))), where
-    p = (last program) - (qb * num_chunks + c): the last query blocks first (in causal and ragged batches they see
-    the most keys, so the short programs fill the tail of the grid instead of the long ones), and chunks of at
-    most chunk_keys keys, so that the programs left at the end are short ones in full batches too."""
-    item = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
-    qb = item // num_chunks
-    chunk_lo = (item % num_chunks) * chunk_keys
-    chunk_hi = tl.minimum(chunk_lo + chunk_keys, SK)
-    tokens = qb * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
+    # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
+    # fill the tail of the grid instead of the long ones
+    pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
     ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
     ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
     if HAS_FLAG and not EXACT_PASS:
-        if chunk_lo == 0:
-            report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
+        report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
     ks = tl.maximum(ks, 0)
     ke = tl.minimum(ke, SK)
     busy = row_in & (ks < ke)
-    # keys [lo, hi): the union of the non-empty ranges inside the chunk (lo = hi = chunk_lo when none)
-    hi = tl.minimum(tl.max(tl.where(busy, ke, 0)), chunk_hi)
-    lo = tl.maximum(tl.min(tl.where(busy, ks, SK)), chunk_lo)
-    lo = tl.where(lo < hi, lo, chunk_lo)
-    hi = tl.where(lo < hi, hi, chunk_lo)
+    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
     first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
     end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
     if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
-        _clean_columns(out_rows, row_in, chunk_lo, first, BLOCK_Q, BLOCK_K)
-        _clean_columns(out_rows, row_in, end, chunk_hi, BLOCK_Q, BLOCK_K)
+        _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
+        _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
 
     NQ: tl.constexpr = BLOCK_Q * H_PAD
     m = tl.arange(0, NQ)
-    m_tok = qb * BLOCK_Q + m // H_PAD
+    m_tok = pid * BLOCK_Q + m // H_PAD
     m_h = m % H_PAD
     col_ok = (m_tok < S) & (m_h < H)
     q_row_v = m_tok * stride_qv_s + m_h * stride_qv_h
@@ -345,10 +330,10 @@ def prefill_keys_m_kernel(
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
 
-        tl.store(wide_ptr + item, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
+        tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
     else:
         # the exact pass: every tile for a wide query row, else the tiles that hold a wide key
-        flags = tl.load(wide_ptr + item)
+        flags = tl.load(wide_ptr + pid)
         if flags != 0:
             G: tl.constexpr = D // MX_BLOCK
             jb = tl.arange(0, D // 2)
@@ -387,7 +372,6 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    chunk_tiles: int    # key tiles per program (a query block's columns split into chunks of that many); 0: all
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -401,7 +385,7 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
         block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
         num_warps=num_warps, exact_warps=2 * num_warps,
         mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
-        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0, chunk_tiles=CHUNK_TILES.get(target, 0))
+        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 
 def _launcher(kv_dtype: str):
@@ -410,10 +394,7 @@ def _launcher(kv_dtype: str):
         fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
         between them (allocated here)."""
         mx = kv_dtype == "mxfp4"
-        tiles = triton.cdiv(call.num_k, s.block_k)
-        chunk_tiles = max(1, min(s.chunk_tiles, tiles) if s.chunk_tiles > 0 else tiles)
-        num_chunks = max(1, triton.cdiv(tiles, chunk_tiles))
-        grid = (triton.cdiv(call.num_q, s.block_q) * num_chunks,)
+        grid = (triton.cdiv(call.num_q, s.block_q),)
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         k8 = kmeta = call.ks
         if mx:
@@ -427,7 +408,7 @@ def _launcher(kv_dtype: str):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
                 call.out if call.error_flag is None else call.error_flag, k8, kmeta,
-                call.num_q, call.num_k, chunk_tiles * s.block_k, num_chunks,
+                call.num_q, call.num_k,
                 call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
                 call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
                 k8.stride(0) if mx else 0,
@@ -443,8 +424,7 @@ def _launcher(kv_dtype: str):
 #: (D, H) of the specs: the serving shape (D 128, H 32), the small and large head dims, H 64 (BLOCK_Q 2)
 ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 #: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
-_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "stride_k8_plane", "SK",
-                 "chunk_keys")
+_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "stride_k8_plane", "SK")
 _POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr",
              "flag_ptr", "k8_ptr", "kmeta_ptr")
 
@@ -459,8 +439,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
     path = "exact" if exact_pass else "fold" if mx else "mma"
     return CompileSpec(
         label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
-        signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32", "chunk_keys": "i32",
-                   "num_chunks": "i32",
+        signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s",
                                                "stride_k8_plane")}},
