@@ -96,10 +96,11 @@ FP8_PROMOTE_K = 0
 #: chain per warpgroup); AMD: the same tiles; the interpreter pays per Triton operation, not per element: large
 #: tiles, no pipelining
 TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
-#: MXFP4 up to D = 128 where it differs: 256 columns and 4 stages, faster on the H200 than FP8's tile also with
-#: the keys folded ahead (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
-TILES_MXFP4 = {Target.NVIDIA: (256, 64, 4, 4)}
-TILES_MXFP4_MAX_D = 128
+#: per (target, format) up to D = 128, where they differ: 256 columns (one m64n256k32 wgmma chain), faster on the
+#: H200 than 128 for both formats, FP8 at 3 stages and MXFP4 (keys folded ahead) at 4
+#: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
+TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
+TILES_WIDE_MAX_D = 128
 _WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
                       "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
@@ -376,9 +377,9 @@ class KeysMPrefillSettings:
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
     """The default settings on `target` for `kv_dtype` inputs, H = num_heads and D = head_dim: BLOCK_Q * H_PAD = the
-    MMA columns of TILES (TILES_MXFP4) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
-    tiles = TILES_MXFP4 if kv_dtype == "mxfp4" and head_dim <= TILES_MXFP4_MAX_D else {}
-    columns, block_k, num_warps, num_stages = tiles.get(target, TILES[target])
+    MMA columns of TILES_WIDE (TILES) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
+    wide = TILES_WIDE.get((target, kv_dtype)) if head_dim <= TILES_WIDE_MAX_D else None
+    columns, block_k, num_warps, num_stages = wide or TILES[target]
     h_pad = triton.next_power_of_2(num_heads)
     block_q = max(1, columns // h_pad)
     return KeysMPrefillSettings(
@@ -449,7 +450,8 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
                     "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
-        scratch_ok=_WIDE_TILE_SCRATCH if mx and TILES_MXFP4.get(target) and head_dim <= TILES_MXFP4_MAX_D else "")
+        scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D
+        else "")
 
 
 def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:

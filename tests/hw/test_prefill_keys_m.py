@@ -227,13 +227,13 @@ def test_wide_key_is_scored_exactly(device):
 
 
 @pytest.mark.parametrize("kv_dtype,heads,head_dim,block_q,h_pad,stages", [
-    ("fp8", 32, 128, 4, 32, 3), ("fp8", 64, 128, 2, 64, 3), ("fp8", 1, 128, 128, 1, 3), ("fp8", 3, 128, 32, 4, 3),
-    ("fp8", 128, 128, 1, 128, 3), ("mxfp4", 32, 128, 8, 32, 4), ("mxfp4", 128, 64, 2, 128, 4),
-    ("mxfp4", 32, 256, 4, 32, 3)])
+    ("fp8", 32, 128, 8, 32, 3), ("fp8", 64, 128, 4, 64, 3), ("fp8", 1, 128, 256, 1, 3), ("fp8", 3, 128, 64, 4, 3),
+    ("fp8", 128, 128, 2, 128, 3), ("fp8", 32, 256, 4, 32, 3), ("mxfp4", 32, 128, 8, 32, 4),
+    ("mxfp4", 128, 64, 2, 128, 4), ("mxfp4", 32, 256, 4, 32, 3)])
 def test_nvidia_settings(kv_dtype, heads, head_dim, block_q, h_pad, stages):
-    """On the H200: 64-key tiles, BLOCK_Q tokens x H_PAD heads = 128 MMA columns for FP8 and 256 with 4 stages for
-    MXFP4 up to D = 128 (faster there than 128 columns, docs/perf/h200-prefill-ablation.md), 4 warps, no FP8
-    promotion; declared u = 2^-12 (unpromoted Hopper FP8 MMA), n = D."""
+    """On the H200: 64-key tiles, BLOCK_Q tokens x H_PAD heads = 256 MMA columns up to D = 128 (faster there than
+    128, docs/perf/h200-prefill-ablation.md; FP8 at 3 stages, MXFP4 at 4), 128 columns and 3 stages at D = 256,
+    4 warps, no FP8 promotion; declared u = 2^-12 (unpromoted Hopper FP8 MMA), n = D."""
     s = pk.keys_m_prefill_settings(Target.NVIDIA, kv_dtype, heads, head_dim)
     assert (s.block_q, s.h_pad, s.block_k, s.num_warps, s.num_stages) == (block_q, h_pad, 64, 4, stages)
     assert s.exact_warps == 8 and s.mx_mode == pk.MX_FOLD_PTX.value and s.promote_k == pk.FP8_PROMOTE_K == 0
