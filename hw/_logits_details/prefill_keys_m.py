@@ -101,9 +101,6 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
 TILES_WIDE_MAX_D = 128
-#: targets whose programs score two query blocks each (prefill_keys_m_kernel's PAIR): NVIDIA, where causal
-#: batches then run at the rate of full ones (docs/perf/h200-prefill-ablation.md)
-PAIR_BLOCKS = {Target.NVIDIA: True}
 _WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
                       "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
@@ -238,8 +235,8 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
 
 
 @triton.jit
-def _score_block(
-    pid, q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
+def prefill_keys_m_kernel(
+    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
@@ -247,7 +244,16 @@ def _score_block(
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
     CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
-    """Query block `pid` of prefill_keys_m_kernel (int64): its rows' logits (every column of them with CLEAN)."""
+    """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
+    [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
+    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
+    program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
+    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
+    dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
+    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
+    # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
+    # fill the tail of the grid instead of the long ones
+    pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
     ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
@@ -354,42 +360,6 @@ def _score_block(
                                 False)
 
 
-@triton.jit
-def prefill_keys_m_kernel(
-    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
-    S, SK,
-    stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
-    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
-    H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-    NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr, PAIR: tl.constexpr,
-):
-    """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
-    [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
-    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
-    query block, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
-    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
-    dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
-    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass).
-
-    Grid (cdiv(NB, 2),) with PAIR, else (NB,), NB = cdiv(S, BLOCK_Q). Program p scores query block NB - 1 - p:
-    the last query tokens first (in causal and ragged batches they see the most keys, so the short programs fill
-    the tail of the grid instead of the long ones); with PAIR then block p too when p < NB - 1 - p, so that in a
-    causal batch every program does the same work (a long row's keys and a short row's -inf columns)."""
-    g = tl.program_id(0).to(tl.int64)
-    nb = tl.cdiv(S, BLOCK_Q).to(tl.int64)
-    _score_block(nb - 1 - g, q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr,
-                 k8_ptr, kmeta_ptr, S, SK, stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h, stride_kv_t,
-                 stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane, H, H_PAD, D, BLOCK_Q, BLOCK_K,
-                 NUM_STAGES, KV_FORMAT, MX_MODE, PROMOTE_K, CLEAN, EXACT_PASS, HAS_FLAG)
-    if PAIR:
-        if g < nb - 1 - g:
-            _score_block(g, q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr,
-                         k8_ptr, kmeta_ptr, S, SK, stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h, stride_kv_t,
-                         stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane, H, H_PAD, D, BLOCK_Q, BLOCK_K,
-                         NUM_STAGES, KV_FORMAT, MX_MODE, PROMOTE_K, CLEAN, EXACT_PASS, HAS_FLAG)
-
-
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
 class KeysMPrefillSettings:
@@ -403,7 +373,6 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    pair: bool          # each program scores a query block from the end and one from the start (PAIR)
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -417,7 +386,7 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
         block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
         num_warps=num_warps, exact_warps=2 * num_warps,
         mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
-        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0, pair=PAIR_BLOCKS.get(target, False))
+        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 
 def _launcher(kv_dtype: str):
@@ -426,9 +395,8 @@ def _launcher(kv_dtype: str):
         fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
         between them (allocated here)."""
         mx = kv_dtype == "mxfp4"
-        blocks = triton.cdiv(call.num_q, s.block_q)
-        grid = (triton.cdiv(blocks, 2) if s.pair else blocks,)
-        wide = torch.empty(blocks, dtype=torch.int32, device=call.out.device) if mx else call.ks
+        grid = (triton.cdiv(call.num_q, s.block_q),)
+        wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         k8 = kmeta = call.ks
         if mx:
             split = 2 if call.head_dim >= 2 * MIN_SPLIT_K else 1
@@ -448,7 +416,7 @@ def _launcher(kv_dtype: str):
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
-                HAS_FLAG=call.error_flag is not None, PAIR=s.pair,
+                HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
     return launch
 
@@ -479,7 +447,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
-                    "HAS_FLAG": False, "PAIR": s.pair},
+                    "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D
