@@ -44,6 +44,23 @@ def _graph_time_us(fns, *, inner: int, replays: int) -> float:
     return statistics.median(times)
 
 
+def json_recorder(out_path: str):
+    """log(key, value) for the timing scripts of docs/perf: prints each result and rewrites out_path as JSON with
+    every result so far (the device and the torch / triton versions first), so that a run cut short keeps them."""
+    from pathlib import Path
+
+    import torch
+    import triton
+
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+
+    def log(key: str, value) -> None:
+        results[key] = value
+        print(key, value, flush=True)
+        Path(out_path).write_text(json.dumps(results, indent=1))
+    return log
+
+
 COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
 MATMUL_N = 8192
 

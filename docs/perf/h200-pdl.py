@@ -11,15 +11,12 @@ GRID `pdl` (the default):
 
 GRID `tiles`: the decode scorers with PDL at 4, 8 or 16 tiles of 64 keys per program and 2 or 3 pipeline stages.
 """
-import json
 import sys
-from pathlib import Path
 
 import torch
-import triton
 
 import hw
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs, json_recorder
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 TOP_K, INNER, REPLAYS = 2048, 20, 30
@@ -71,12 +68,7 @@ def topk_cases(log) -> None:
 
 
 def main(out_path: str, grid: str = "pdl") -> None:
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-
-    def log(key, value):
-        results[key] = value
-        print(key, value, flush=True)
-        Path(out_path).write_text(json.dumps(results, indent=1))
+    log = json_recorder(out_path)
 
     log("copy", _copy_GBps(INNER, REPLAYS))
     if grid == "tiles":

@@ -21,7 +21,6 @@ full and causal, 8192 and 4096 queries = keys; both on 128 keys and 8 warps (ful
 """
 import dataclasses
 import importlib.util
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +33,7 @@ import hw
 import hw.variants as registry
 from hw._logits_details import prefill_keys_m as pk
 from hw.targets import Op, Target
-from tools.cmd_bench import _graph_time_us, prefill_inputs
+from tools.cmd_bench import _graph_time_us, json_recorder, prefill_inputs
 
 INNER, REPLAYS = 3, 10
 SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
@@ -178,12 +177,7 @@ def tiles_grid(log) -> None:
 
 
 def main(out_path: str, grid: str = "levers") -> None:
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-
-    def log(key, value):
-        results[key] = value
-        print(key, value, flush=True)
-        Path(out_path).write_text(json.dumps(results, indent=1))
+    log = json_recorder(out_path)
 
     if grid == "tiles":
         return tiles_grid(log)
