@@ -91,10 +91,10 @@ FOLD_KEYS_BLOCK = 64                 # keys per fold_keys_kernel program
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
 #: 0 = no promotion (as production FP8 prefill scorers run); declared_precision says what each choice declares
 FP8_PROMOTE_K = 0
-#: per target: (MMA columns BLOCK_Q * H_PAD aimed at, BLOCK_K keys per step, num_warps, num_stages). NVIDIA: the
-#: H200 prefill timing sketch's tiles (64 keys x 4 tokens x 32 heads, 4 warps, 3 stages: one m64n128k32 wgmma
-#: chain per warpgroup); AMD: the same tiles; the interpreter pays per Triton operation, not per element: large
-#: tiles, no pipelining
+#: per target: (MMA columns BLOCK_Q * H_PAD aimed at, BLOCK_K keys per step, num_warps, num_stages). NVIDIA (at
+#: D = 256; TILES_WIDE below it): 64 keys x 4 tokens x 32 heads, 4 warps, 3 stages, one m64n128k32 wgmma chain per
+#: warpgroup; AMD: the same tiles; the interpreter pays per Triton operation, not per element: large tiles, no
+#: pipelining
 TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
 #: per (target, format) up to D = 128, where they differ: 256 columns (one m64n256k32 wgmma chain), faster on the
 #: H200 than 128 for both formats, FP8 at 3 stages and MXFP4 (keys folded ahead) at 4

@@ -95,7 +95,8 @@ class FastTiling:
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False) -> FastTiling:
-    """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K."""
+    """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
+    variant's choice on NVIDIA)."""
     if width <= TILE_W:
         return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK,
