@@ -133,18 +133,6 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _block_span(ks, ke, row_in, SK, BLOCK_K: tl.constexpr):
-    """The clamped ranges of a query block's rows -> (ks, ke, lo, hi, first, end): keys [lo, hi) are the union of
-    its non-empty ranges, its key tiles cover [first, end) (multiples of BLOCK_K)."""
-    ks = tl.maximum(ks, 0)
-    ke = tl.minimum(ke, SK)
-    busy = row_in & (ks < ke)
-    hi = tl.max(tl.where(busy, ke, 0))
-    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
-    return ks, ke, lo, hi, lo // BLOCK_K * BLOCK_K, tl.cdiv(hi, BLOCK_K) * BLOCK_K
-
-
-@triton.jit
 def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.constexpr, WHOLE: tl.constexpr):
     """Store the [BLOCK_K, BLOCK_Q] logits of one key tile into out[token, key] for the keys with `stored` True:
     every column < SK of the program's rows (-inf where invisible) when CLEAN, else the visible entries. WHOLE:
@@ -254,7 +242,7 @@ def prefill_keys_m_kernel(
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr, CLEAN_MIRROR: tl.constexpr,
+    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
@@ -265,15 +253,6 @@ def prefill_keys_m_kernel(
     flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
     # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
     # fill the tail of the grid instead of the long ones
-    if CLEAN and not EXACT_PASS and CLEAN_MIRROR:
-        # the -inf columns of block program_id(0), the mirror of this program's block: a causal batch's long rows,
-        # scored first, store the short rows' invisible columns beside their MMAs
-        c_tokens = tl.program_id(0).to(tl.int64) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-        c_in = c_tokens < S
-        _, _, _, _, c_first, c_end = _block_span(tl.load(ks_ptr + c_tokens, mask=c_in, other=0),
-                                                 tl.load(ke_ptr + c_tokens, mask=c_in, other=0), c_in, SK, BLOCK_K)
-        _clean_columns(out_ptr + c_tokens * stride_out_s, c_in, 0, c_first, BLOCK_Q, BLOCK_K)
-        _clean_columns(out_ptr + c_tokens * stride_out_s, c_in, c_end, SK, BLOCK_Q, BLOCK_K)
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
@@ -281,10 +260,16 @@ def prefill_keys_m_kernel(
     ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
     if HAS_FLAG and not EXACT_PASS:
         report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
-    ks, ke, lo, hi, first, end = _block_span(ks, ke, row_in, SK, BLOCK_K)
+    ks = tl.maximum(ks, 0)
+    ke = tl.minimum(ke, SK)
+    busy = row_in & (ks < ke)
+    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
+    first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
+    end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
-    if CLEAN and not EXACT_PASS and not CLEAN_MIRROR:
+    if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
         _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
         _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
@@ -388,7 +373,6 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    clean_mirror: bool = False   # CLEAN_MIRROR: program p stores the -inf columns of block p, not of its own block
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -432,7 +416,7 @@ def _launcher(kv_dtype: str):
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
-                HAS_FLAG=call.error_flag is not None, CLEAN_MIRROR=s.clean_mirror,
+                HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
     return launch
 
@@ -463,7 +447,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
-                    "HAS_FLAG": False, "CLEAN_MIRROR": s.clean_mirror},
+                    "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D
