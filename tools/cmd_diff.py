@@ -22,7 +22,10 @@ from tools import difftest
               help="Run only cases whose name matches NAME (shell wildcards; repeatable). Ignores --quick/--full.")
 @click.option("--list", "list_only", is_flag=True, help="List the selected cases and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the table.")
-def diff(mode: str, device: str, patterns: tuple[str, ...], list_only: bool, as_json: bool) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes running cases side by side (kernel compilation is CPU-bound: on a GPU host "
+                   "with many cores, e.g. 4).")
+def diff(mode: str, device: str, patterns: tuple[str, ...], list_only: bool, as_json: bool, jobs: int) -> None:
     """Differential test: kernels against the sim/ oracle (writers/quantizers/gather byte-equal, scorers within
     the DESIGN §4 bound, top-k exactly equal, large-address pools)."""
     try:
@@ -38,13 +41,14 @@ def diff(mode: str, device: str, patterns: tuple[str, ...], list_only: bool, as_
     except RuntimeError as e:
         raise click.UsageError(str(e)) from None
     click.echo(f"mxidx diff: {len(cases)} cases on {env.device}"
-               f"{' (Triton interpreter)' if env.device == 'cpu' else ''}", err=True)
+               f"{' (Triton interpreter)' if env.device == 'cpu' else ''}"
+               f"{f' in {jobs} processes' if jobs > 1 else ''}", err=True)
 
     def progress(i: int, r: difftest.CaseResult) -> None:
         ratio = f" err/bound {difftest.format_ratio(r.worst_ratio)}" if r.worst_ratio is not None else ""
         click.echo(f"[{i + 1}/{len(cases)}] {r.name}: {r.status}{ratio} ({r.seconds:.1f} s)", err=True)
 
-    results = difftest.run_cases(cases, env, on_result=progress)
+    results = difftest.run_cases(cases, env, on_result=progress, jobs=jobs)
     if as_json:
         click.echo(json.dumps(difftest.results_json(results), indent=1))
     else:

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -678,6 +680,7 @@ LARGE_ADDRESS: list[DiffCase] = [
 ]
 
 ALL_CASES: list[DiffCase] = CORRECTNESS + CORNER + LARGE_ADDRESS
+_CASES_BY_NAME = {c.name: c for c in ALL_CASES}
 
 
 def select_cases(quick: bool, patterns: Sequence[str] = ()) -> list[DiffCase]:
@@ -707,14 +710,41 @@ def run_case(case: DiffCase, env: Env) -> CaseResult:
     return CaseResult(case.name, case.kind, status, detail, ratio, time.perf_counter() - t0)
 
 
-def run_cases(cases: Sequence[DiffCase], env: Env,
-              on_result: Callable[[int, CaseResult], None] | None = None) -> list[CaseResult]:
-    results = []
-    for i, case in enumerate(cases):
-        results.append(run_case(case, env))
-        if on_result is not None:
-            on_result(i, results[-1])
-    return results
+def run_cases(cases: Sequence[DiffCase], env: Env, on_result: Callable[[int, CaseResult], None] | None = None,
+              jobs: int = 1) -> list[CaseResult]:
+    """Run `cases` -> their results in the order of `cases`; on_result(i, result) as the i-th (from 0) finishes.
+    jobs > 1: that many worker processes (spawned: each builds its own env on env.device; kernel compilation is
+    CPU-bound, so on a GPU host several processes finish sooner). The cases are then run by name from ALL_CASES."""
+    if jobs <= 1:
+        results = []
+        for i, case in enumerate(cases):
+            results.append(run_case(case, env))
+            if on_result is not None:
+                on_result(i, results[-1])
+        return results
+    unknown = [c.name for c in cases if _CASES_BY_NAME.get(c.name) is not c]
+    if unknown:
+        raise ValueError(f"jobs > 1 runs cases of ALL_CASES only; not among them: {', '.join(unknown)}")
+    by_index: dict[int, CaseResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_init, initargs=(env.device,)) as pool:
+        futures = {pool.submit(_worker_run, case.name): i for i, case in enumerate(cases)}
+        for n, future in enumerate(as_completed(futures)):
+            by_index[futures[future]] = future.result()
+            if on_result is not None:
+                on_result(n, by_index[futures[future]])
+    return [by_index[i] for i in range(len(cases))]
+
+
+_WORKER_ENV: list[Env] = []     # the env of a --jobs worker process, built once by _worker_init
+
+
+def _worker_init(device: str) -> None:
+    _WORKER_ENV.append(make_env(device))
+
+
+def _worker_run(name: str) -> CaseResult:
+    return run_case(_CASES_BY_NAME[name], _WORKER_ENV[0])
 
 
 def format_ratio(ratio: float | None) -> str:

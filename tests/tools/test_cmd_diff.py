@@ -21,9 +21,9 @@ def run_diff(device, *args):
     return result, result.output
 
 
-def run_json(device, *cases):
+def run_json(device, *cases, options=()):
     args = [a for c in cases for a in ("--case", c)]
-    result, _ = run_diff(device, "--json", *args)
+    result, _ = run_diff(device, "--json", *options, *args)
     # stdout holds the JSON document after any progress lines CliRunner mixed in from stderr
     out = result.stdout
     return result.exit_code, {r["name"]: r for r in json.loads(out[out.index("["):])}
@@ -51,6 +51,17 @@ def test_quick_subset_passes(device):
     code, results = run_json(device, *QUICK_SUBSET)
     assert {n: r["status"] for n, r in results.items()} == {n: difftest.PASS for n in QUICK_SUBSET}
     assert code == 0
+
+
+def test_jobs_report_the_cases_in_order_with_the_same_results(device):
+    """--jobs 2: spawned worker processes run the cases; the report keeps the selection's order."""
+    cases = (QUICK_SUBSET[1], QUICK_SUBSET[3], QUICK_SUBSET[0])
+    code, serial = run_json(device, *cases)
+    code_jobs, jobs = run_json(device, *cases, options=("--jobs", "2"))
+    assert code == code_jobs == 0
+    assert list(jobs) == list(serial) == [QUICK_SUBSET[i] for i in (0, 1, 3)]     # ALL_CASES' order
+    assert {n: (r["status"], r["worst_ratio"], r["detail"]) for n, r in jobs.items()} == \
+        {n: (r["status"], r["worst_ratio"], r["detail"]) for n, r in serial.items()}
 
 
 def test_table_reports_each_case(device):
