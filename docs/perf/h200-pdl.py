@@ -2,7 +2,7 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles]
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy]
 
 GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
@@ -10,6 +10,8 @@ GRID `pdl` (the default):
 - top-k of 64 rows of 8192 and 131072 columns, k = 2048.
 
 GRID `tiles`: the decode scorers with PDL at 4, 8 or 16 tiles of 64 keys per program and 2 or 3 pipeline stages.
+GRID `occupancy`: the decode scorers at 4, 8 or 16 tiles per program (default stages) over batches 1 / 8 / 64 / 256
+and contexts 8192 / 32768 (next_n 1, H32, D128, page 64): how many programs each grid should have.
 """
 import sys
 
@@ -51,6 +53,21 @@ def tile_cases(log) -> None:
                                                                        "GBps": sets[0][1] / us / 1e3})
 
 
+def occupancy_cases(log) -> None:
+    for kv_dtype in ("fp8", "mxfp4"):
+        for context in (8192, 32768):
+            for batch in (1, 8, 64, 256):
+                for tiles in (4, 8, 16):
+                    shape = dict(SHAPE, batch=batch, context=context)
+                    sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings={"tiles": tiles},
+                                          **shape) for i in range(INPUT_SETS)]
+                    us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+                    programs = batch * -(-context // (64 * tiles))
+                    log(f"decode/{kv_dtype}/ctx{context}/B{batch}/tiles{tiles}",
+                        {"time_us": us, "GBps": sets[0][1] / us / 1e3, "programs": programs})
+                    del sets
+
+
 def topk_cases(log) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for width in (8192, 131072):
@@ -73,6 +90,8 @@ def main(out_path: str, grid: str = "pdl") -> None:
     log("copy", _copy_GBps(INNER, REPLAYS))
     if grid == "tiles":
         return tile_cases(log)
+    if grid == "occupancy":
+        return occupancy_cases(log)
     decode_cases(log)
     topk_cases(log)
 
