@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +37,17 @@ def target_of(device: torch.device | str, kernel) -> Target:
     if kernels_interpreted(kernel):
         return Target.INTERPRETER
     return Target.AMD if torch.device(device).type == "cuda" and torch.version.hip else Target.NVIDIA
+
+
+def sm_count(device: torch.device | str) -> int:
+    """The SMs (CUs) of a GPU `device` (queried once per device)."""
+    device = torch.device(device)
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 class Op(enum.Enum):

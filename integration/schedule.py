@@ -18,6 +18,7 @@ import torch
 
 import hw
 from hw.checks import check_tensor
+from hw.targets import sm_count
 
 CPU_NUM_PROGRAMS = 4   # the interpreter runs programs one after another: a few programs keep the grid cheap
 # Programs per SM/CU of the persistent decode grid: several resident programs hide the page-load latency
@@ -29,7 +30,7 @@ def default_num_sms(device: torch.device) -> int:
     """Programs of the persistent decode grid (the `num_sms` of hw.get_paged_mqa_logits_metadata):
     PROGRAMS_PER_SM x the SM/CU count on a GPU, CPU_NUM_PROGRAMS on the CPU."""
     if device.type == "cuda":
-        return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+        return PROGRAMS_PER_SM * sm_count(device)
     return CPU_NUM_PROGRAMS
 
 

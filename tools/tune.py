@@ -86,10 +86,10 @@ def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
     import torch
 
     from hw.logits import scorer_target
-    from hw.targets import Op
+    from hw.targets import Op, sm_count
     from hw.variants import variants
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = sm_count("cuda")
     target = scorer_target("cuda")
     shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
                             page_size=DECODE_SHAPE["page_size"])

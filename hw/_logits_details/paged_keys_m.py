@@ -83,7 +83,7 @@ from .._quant_details.page_offsets import (
     mxfp4_value_token_offset,
 )
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, target_of
+from ..targets import Op, Target, Variant, sm_count, target_of
 from .calls import DecodeCall
 from .common import (
     FP32_UNIT_ROUNDOFF,
@@ -121,6 +121,14 @@ MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
 #: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
 TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
+#: where given, tiles per program follow the grid instead: the most of TILE_CHOICES whose grid (batch x programs per
+#: sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short programs that
+#: spread over every SM, large ones long programs with less per-program overhead. Each value sits at or a little
+#: below its kernel's occupancy on sm90 (`mxidx isa`: FP8 8 programs per SM; MXFP4 3 under triton 3.6, 4 under
+#: 3.9), and picks the fastest tiles of the H200 grid in docs/perf/h200-decode-ablation.md (batch 1..256, context
+#: 8K and 32K).
+WAVE_PROGRAMS_PER_SM = {(Target.NVIDIA, "fp8"): 7, (Target.NVIDIA, "mxfp4"): 3}
+TILE_CHOICES = (4, 8, 16)
 NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
               (Target.AMD, "mxfp4"): 2, (Target.INTERPRETER, "fp8"): 1, (Target.INTERPRETER, "mxfp4"): 1}
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
@@ -690,11 +698,13 @@ class KeysMSettings:
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
-                    path: str | None = None, tokens_per_program: int | None = None, num_stages: int | None = None,
+                    path: str | None = None, grid: tuple[int, int, int] | None = None,
+                    tokens_per_program: int | None = None, num_stages: int | None = None,
                     num_warps: int | None = None) -> KeysMSettings:
-    """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). Tuning overrides:
-    tokens_per_program (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1), num_stages
-    (NUM_STAGES),
+    """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
+    SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, tiles follow it (still a
+    function of shapes only). Tuning overrides: tokens_per_program (default TOKENS_PER_PROGRAM[target]: tiles =
+    that // KEYS, at least 1; set, it wins over grid), num_stages (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
     32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
     the H200, 4 warps at 64 x 128 take more registers but are 2.4x faster for MXFP4 and 1.25x for FP8 than 8,
@@ -705,9 +715,16 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     tile_pages = max(1, MIN_TILE_KEYS // page_size)
     keys = tile_pages * page_size
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
+    tiles = min(MAX_TILES.value, max(1, per_program // keys))
+    wave = WAVE_PROGRAMS_PER_SM.get((target, kv_dtype))
+    if grid is not None and wave is not None and tokens_per_program is None:
+        batch, cap, num_sms = grid
+        pages = triton.cdiv(cap, page_size)
+        fill = [t for t in TILE_CHOICES if batch * triton.cdiv(pages, t * tile_pages) >= wave * num_sms]
+        tiles = max(fill) if fill else min(TILE_CHOICES)
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
     return KeysMSettings(
-        n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=min(MAX_TILES.value, max(1, per_program // keys)),
+        n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
         num_warps=num_warps if num_warps is not None else
         4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
@@ -750,7 +767,10 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
     short contexts replays correctly with long ones. ValueError for an unknown kv_dtype / target / path, a grid
     too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
     path = _check_path(kv_dtype, target, path)
-    s = keys_m_settings(target, kv_dtype, num_heads, next_n, page_size, path=path) if settings is None else settings
+    if settings is None:
+        settings = keys_m_settings(target, kv_dtype, num_heads, next_n, page_size, path=path,
+                                   grid=(q_v.shape[0], cap, sm_count(out.device)) if target is Target.NVIDIA else None)
+    s = settings
     mx = kv_dtype == "mxfp4"
     if mx and q_v.data_ptr() % WORD_BYTES.value:
         raise ValueError("q_v: MXFP4 codes are read as 32-bit words; data_ptr must be a multiple of 4")
@@ -817,7 +837,8 @@ def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
 # ============================================================================================ registry records
 def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
-        return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path)
+        grid = (call.q_v.shape[0], call.cap, sm_count(call.out.device)) if target is Target.NVIDIA else None
+        return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path, grid=grid)
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:
         launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out, cap=c.cap,

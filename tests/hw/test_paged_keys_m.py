@@ -502,6 +502,45 @@ def test_settings_depend_on_shapes_only():
     assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8
 
 
+def test_tiles_follow_the_grid_on_nvidia():
+    """With (batch, cap, SMs), NVIDIA's tiles per program are the most of TILE_CHOICES whose grid keeps
+    WAVE_PROGRAMS_PER_SM programs per SM (else the fewest); elsewhere, or with tokens_per_program, the grid is
+    ignored. The H200 winners (132 SMs, page 64): B64 / 8192 keys FP8 8 tiles, MXFP4 16; B8 / 32768 MXFP4 8."""
+    def tiles(kv_dtype, batch, cap, target=Target.NVIDIA, **kw):
+        return km.keys_m_settings(target, kv_dtype, 32, 1, 64, grid=(batch, cap, 132), **kw).tiles
+
+    assert (tiles("fp8", 64, 8192), tiles("mxfp4", 64, 8192), tiles("mxfp4", 8, 32768)) == (8, 16, 8)
+    for kv_dtype in ("fp8", "mxfp4"):
+        wave = km.WAVE_PROGRAMS_PER_SM[Target.NVIDIA, kv_dtype] * 132
+        chosen = [tiles(kv_dtype, batch, cap) for batch in (1, 8, 64, 256) for cap in (2048, 8192, 131072)]
+        assert set(chosen) <= set(km.TILE_CHOICES) and tiles(kv_dtype, 1, 2048) == min(km.TILE_CHOICES)
+        for batch in (1, 8, 64, 256, 4096):
+            for cap in (1, 2048, 8192, 131072):
+                t = tiles(kv_dtype, batch, cap)
+                programs = batch * -(-cap // (64 * t))
+                assert programs >= wave or t == min(km.TILE_CHOICES)
+                bigger = [c for c in km.TILE_CHOICES if c > t]
+                assert not bigger or batch * -(-cap // (64 * bigger[0])) < wave
+                assert tiles(kv_dtype, 2 * batch, cap) >= t          # more rows never shorten the programs
+        assert tiles(kv_dtype, 256, 131072, tokens_per_program=256) == 4
+        for target in (Target.AMD, Target.INTERPRETER):
+            assert tiles(kv_dtype, 256, 131072, target=target) == km.keys_m_settings(
+                target, kv_dtype, 32, 1, 64).tiles
+
+
+def test_wave_fits_the_compiled_occupancy():
+    """WAVE_PROGRAMS_PER_SM never asks for more programs per SM than the cross-compiled sm90 kernel keeps
+    resident (its occupancy under the installed triton, `mxidx isa`)."""
+    from tools import isa
+
+    for layout, kv_dtype in (("fp8", "fp8"), ("mxfp4", "mxfp4")):
+        spec = km.isa_spec(layout, 128, 64, 1, 32, Target.NVIDIA)
+        kernels, missing = isa.report("sm90", kernel=spec.label)
+        assert missing == () and len(kernels) == 1, (kernels, missing)
+        k = kernels[0]
+        assert k.occupancy // k.num_warps >= km.WAVE_PROGRAMS_PER_SM[Target.NVIDIA, kv_dtype], k
+
+
 def test_launcher_rejects_unknown_names():
     args = [torch.zeros(1, 1, 1, 16, dtype=torch.uint8), None, torch.zeros(64, dtype=torch.uint8),
             torch.zeros(1, 1), torch.zeros(1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32),
