@@ -115,7 +115,7 @@ def main(argv=None):
                     "NumPy and Numba outputs are checked equal first; the NumPy quantizers are timed once on a "
                     "1 M-element slice and scaled, the verification runs in memory on random bytes).\n\n")
             f.write(f"Machine: {machine}.\n\n{report}\n\n")
-            f.write("Targets (issue 2): quantize + pack >= 50 M elements/s; cache verification >= 100 MB/s "
+            f.write("Targets: quantize + pack >= 50 M elements/s; cache verification >= 100 MB/s "
                     "(a 1 GiB cache in under 20 s).\n")
 
 
