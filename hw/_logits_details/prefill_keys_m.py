@@ -322,8 +322,9 @@ def prefill_keys_m_kernel(
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
             if MIRROR:
-                _clean_tile(c_rows, c_in, (k0 - first) // BLOCK_K, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q,
-                            BLOCK_K)
+                i = (k0 - first) // BLOCK_K
+                if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
+                    _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
@@ -363,8 +364,9 @@ def prefill_keys_m_kernel(
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, False)
             if MIRROR:
-                _clean_tile(c_rows, c_in, (k0 - first) // BLOCK_K, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q,
-                            BLOCK_K)
+                i = (k0 - first) // BLOCK_K
+                if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
+                    _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
