@@ -34,6 +34,7 @@ import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar, Sequence
 
@@ -726,13 +727,17 @@ def run_cases(cases: Sequence[DiffCase], env: Env, on_result: Callable[[int, Cas
     if unknown:
         raise ValueError(f"jobs > 1 runs cases of ALL_CASES only; not among them: {', '.join(unknown)}")
     by_index: dict[int, CaseResult] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+    with ProcessPoolExecutor(max_workers=min(jobs, len(cases)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_worker_init, initargs=(env.device,)) as pool:
         futures = {pool.submit(_worker_run, case.name): i for i, case in enumerate(cases)}
         for n, future in enumerate(as_completed(futures)):
-            by_index[futures[future]] = future.result()
+            i = futures[future]
+            try:
+                by_index[i] = future.result()
+            except BrokenProcessPool as e:   # a worker died (or could not start): the case fails, the run goes on
+                by_index[i] = CaseResult(cases[i].name, cases[i].kind, FAIL, f"worker process lost: {e}", None, 0.0)
             if on_result is not None:
-                on_result(n, by_index[futures[future]])
+                on_result(n, by_index[i])
     return [by_index[i] for i in range(len(cases))]
 
 

@@ -121,14 +121,16 @@ MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
 #: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
 TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
-#: where given, tiles per program follow the grid instead: the most of TILE_CHOICES whose grid (batch x programs per
-#: sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short programs that
-#: spread over every SM, large ones long programs with less per-program overhead. Each value sits at or a little
-#: below its kernel's occupancy on sm90 (`mxidx isa`: FP8 8 programs per SM; MXFP4 3 under triton 3.6, 4 under
-#: 3.9), and picks the fastest tiles of the H200 grid in docs/perf/h200-decode-ablation.md (batch 1..256, context
-#: 8K and 32K).
+#: where given, the keys per program follow the grid instead: the most of GRID_TOKENS_PER_PROGRAM whose grid (batch
+#: x programs per sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short
+#: programs that spread over every SM, large ones long programs with less per-program overhead. Each value sits at
+#: or a little below its kernel's occupancy on sm90 (`mxidx isa`: FP8 8 programs per SM; MXFP4 3 under triton 3.6,
+#: 4 under 3.9), and picks the fastest tiles of the H200 grid in docs/perf/h200-decode-ablation.md (batch 1..256,
+#: context 8K and 32K). That grid has N x H = 32 query columns; wider tiles take more registers (fewer programs
+#: fit) and were not timed, so they keep TOKENS_PER_PROGRAM.
 WAVE_PROGRAMS_PER_SM = {(Target.NVIDIA, "fp8"): 7, (Target.NVIDIA, "mxfp4"): 3}
-TILE_CHOICES = (4, 8, 16)
+GRID_TOKENS_PER_PROGRAM = (256, 512, 1024)
+WAVE_MAX_COLUMNS = 32
 NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
               (Target.AMD, "mxfp4"): 2, (Target.INTERPRETER, "fp8"): 1, (Target.INTERPRETER, "mxfp4"): 1}
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
@@ -702,9 +704,10 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
                     tokens_per_program: int | None = None, num_stages: int | None = None,
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
-    SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, tiles follow it (still a
-    function of shapes only). Tuning overrides: tokens_per_program (default TOKENS_PER_PROGRAM[target]: tiles =
-    that // KEYS, at least 1; set, it wins over grid), num_stages (NUM_STAGES),
+    SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format and N x H fits
+    WAVE_MAX_COLUMNS, the tiles follow it (still a function of shapes only). Tuning overrides: tokens_per_program
+    (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
+    (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
     32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
     the H200, 4 warps at 64 x 128 take more registers but are 2.4x faster for MXFP4 and 1.25x for FP8 than 8,
@@ -717,11 +720,12 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     tiles = min(MAX_TILES.value, max(1, per_program // keys))
     wave = WAVE_PROGRAMS_PER_SM.get((target, kv_dtype))
-    if grid is not None and wave is not None and tokens_per_program is None:
+    if grid is not None and wave is not None and tokens_per_program is None and n_pad * h_pad <= WAVE_MAX_COLUMNS:
         batch, cap, num_sms = grid
         pages = triton.cdiv(cap, page_size)
-        fill = [t for t in TILE_CHOICES if batch * triton.cdiv(pages, t * tile_pages) >= wave * num_sms]
-        tiles = max(fill) if fill else min(TILE_CHOICES)
+        choices = sorted({min(MAX_TILES.value, max(1, t // keys)) for t in GRID_TOKENS_PER_PROGRAM})
+        fill = [t for t in choices if batch * triton.cdiv(pages, t * tile_pages) >= wave * num_sms]
+        tiles = max(fill) if fill else min(choices)
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
@@ -837,7 +841,9 @@ def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
 # ============================================================================================ registry records
 def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
-        grid = (call.q_v.shape[0], call.cap, sm_count(call.out.device)) if target is Target.NVIDIA else None
+        # a call of shapes only (tools.tune's sweep bases) has no tensors: the default tiles
+        launch = target is Target.NVIDIA and getattr(call, "out", None) is not None
+        grid = (call.q_v.shape[0], call.cap, sm_count(call.out.device)) if launch else None
         return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path, grid=grid)
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:

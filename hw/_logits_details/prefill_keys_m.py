@@ -19,7 +19,9 @@ the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps fr
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
 are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
 entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
-cover the columns before and after them.
+cover the columns before and after them. With MIRROR_CLEAN those columns of block p are stored by the program that
+scores block NB-1-p instead, one tile beside each key tile it scores and the rest after its loops: in a causal batch
+the long rows' key loops carry the short rows' -inf columns (docs/perf/h200-prefill-ablation.md).
 
 MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
@@ -145,14 +147,13 @@ def _block_span(ks, ke, row_in, SK, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store -inf into the i-th of the n_clean column tiles outside a block's key tiles [c_first, c_end): tiles
-    0 .. n_lead - 1 cover [0, c_first), the rest [c_end, SK). Nothing when i >= n_clean."""
+def _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Store -inf into the i-th column tile outside a block's key tiles [c_first, c_end): tiles 0 .. n_lead - 1
+    cover [0, c_first), the next ones [c_end, SK) (the caller keeps i below their count)."""
     lead = i < n_lead
     cols = tl.where(lead, i * BLOCK_K, c_end + (i - n_lead) * BLOCK_K) + tl.arange(0, BLOCK_K)
-    limit = tl.where(i < n_clean, tl.where(lead, c_first, SK), 0)       # 0: no column
     tl.store(c_rows[:, None] + cols[None, :], tl.full((BLOCK_Q, BLOCK_K), float("-inf"), tl.float32),
-             mask=c_in[:, None] & (cols < limit)[None, :])
+             mask=c_in[:, None] & (cols < tl.where(lead, c_first, SK))[None, :])
 
 
 @triton.jit
@@ -324,7 +325,7 @@ def prefill_keys_m_kernel(
             if MIRROR:
                 i = (k0 - first) // BLOCK_K
                 if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
-                    _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
+                    _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
@@ -366,7 +367,7 @@ def prefill_keys_m_kernel(
             if MIRROR:
                 i = (k0 - first) // BLOCK_K
                 if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
-                    _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
+                    _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
@@ -400,7 +401,7 @@ def prefill_keys_m_kernel(
                                 False)
     if MIRROR:      # the mirror's -inf tiles the key loop did not reach
         for i in range(tl.maximum(tl.cdiv(loop_end - first, BLOCK_K), 0), n_clean):
-            _clean_tile(c_rows, c_in, i, n_lead, n_clean, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
+            _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
 
 
 # ============================================================================================ launcher

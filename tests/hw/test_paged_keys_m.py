@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,8 +21,9 @@ import triton.language as tl
 
 import sim.layout
 from hw._logits_details import paged_keys_m as km
-from hw.targets import Target, target_of
+from hw.targets import Op, Target, target_of
 from hw.testing import host_to_device, pair_as_torch, torch_cache_view
+from hw.variants import variants
 from sim import fp8 as sim_fp8
 from sim import scorer
 from sim.formats import E2M1_VALUES, E4M3_NAN, E8M0_BIAS, E8M0_NAN
@@ -503,29 +505,45 @@ def test_settings_depend_on_shapes_only():
 
 
 def test_tiles_follow_the_grid_on_nvidia():
-    """With (batch, cap, SMs), NVIDIA's tiles per program are the most of TILE_CHOICES whose grid keeps
-    WAVE_PROGRAMS_PER_SM programs per SM (else the fewest); elsewhere, or with tokens_per_program, the grid is
-    ignored. The H200 winners (132 SMs, page 64): B64 / 8192 keys FP8 8 tiles, MXFP4 16; B8 / 32768 MXFP4 8."""
-    def tiles(kv_dtype, batch, cap, target=Target.NVIDIA, **kw):
-        return km.keys_m_settings(target, kv_dtype, 32, 1, 64, grid=(batch, cap, 132), **kw).tiles
+    """With (batch, cap, SMs), NVIDIA's keys per program are the most of GRID_TOKENS_PER_PROGRAM whose grid keeps
+    WAVE_PROGRAMS_PER_SM programs per SM (else the fewest), for N x H up to WAVE_MAX_COLUMNS; elsewhere, with
+    tokens_per_program, or for a call of shapes only, the grid is ignored. The H200 winners (132 SMs, page 64):
+    B64 / 8192 keys FP8 8 tiles, MXFP4 16; B8 / 32768 MXFP4 8."""
+    def tiles(kv_dtype, batch, cap, target=Target.NVIDIA, heads=32, next_n=1, page=64, **kw):
+        return km.keys_m_settings(target, kv_dtype, heads, next_n, page, grid=(batch, cap, 132), **kw).tiles
 
     assert (tiles("fp8", 64, 8192), tiles("mxfp4", 64, 8192), tiles("mxfp4", 8, 32768)) == (8, 16, 8)
     for kv_dtype in ("fp8", "mxfp4"):
         wave = km.WAVE_PROGRAMS_PER_SM[Target.NVIDIA, kv_dtype] * 132
-        chosen = [tiles(kv_dtype, batch, cap) for batch in (1, 8, 64, 256) for cap in (2048, 8192, 131072)]
-        assert set(chosen) <= set(km.TILE_CHOICES) and tiles(kv_dtype, 1, 2048) == min(km.TILE_CHOICES)
-        for batch in (1, 8, 64, 256, 4096):
-            for cap in (1, 2048, 8192, 131072):
-                t = tiles(kv_dtype, batch, cap)
-                programs = batch * -(-cap // (64 * t))
-                assert programs >= wave or t == min(km.TILE_CHOICES)
-                bigger = [c for c in km.TILE_CHOICES if c > t]
-                assert not bigger or batch * -(-cap // (64 * bigger[0])) < wave
-                assert tiles(kv_dtype, 2 * batch, cap) >= t          # more rows never shorten the programs
+        for page in (16, 64, 256):
+            keys = max(64, page)
+            choices = sorted({t // keys for t in km.GRID_TOKENS_PER_PROGRAM})
+            for batch in (1, 8, 64, 256, 4096):
+                for cap in (1, 2048, 8192, 131072):
+                    t = tiles(kv_dtype, batch, cap, page=page)
+                    assert t in choices
+                    programs = batch * -(-cap // (keys * t))
+                    assert programs >= wave or t == choices[0]
+                    bigger = [c for c in choices if c > t]
+                    assert not bigger or batch * -(-cap // (keys * bigger[0])) < wave
+                    assert tiles(kv_dtype, 2 * batch, cap, page=page) >= t      # more rows: never shorter programs
+        default = km.keys_m_settings(Target.NVIDIA, kv_dtype, 32, 1, 64).tiles
+        assert tiles(kv_dtype, 1, 2048) < default < tiles(kv_dtype, 4096, 131072)
         assert tiles(kv_dtype, 256, 131072, tokens_per_program=256) == 4
+        for wide in ({"heads": 64}, {"next_n": 2}):                          # more query columns: not timed
+            assert tiles(kv_dtype, 1, 2048, **wide) == tiles(kv_dtype, 4096, 131072, **wide) == default
         for target in (Target.AMD, Target.INTERPRETER):
-            assert tiles(kv_dtype, 256, 131072, target=target) == km.keys_m_settings(
+            assert tiles(kv_dtype, 4096, 131072, target=target) == km.keys_m_settings(
                 target, kv_dtype, 32, 1, 64).tiles
+
+
+def test_shape_only_calls_get_the_default_tiles():
+    """tools.tune asks the variants for settings with a namespace of shapes (no tensors)."""
+    shape = SimpleNamespace(num_heads=32, next_n=1, page_size=64)
+    keys_m = [v for v in variants(Op.DECODE, target=Target.NVIDIA) if v.name.endswith("keys_m")]
+    assert {v.kv_dtype for v in keys_m} == {"fp8", "mxfp4"}
+    for v in keys_m:
+        assert v.settings(Target.NVIDIA, shape).tiles == km.keys_m_settings(Target.NVIDIA, v.kv_dtype, 32, 1, 64).tiles
 
 
 def test_wave_fits_the_compiled_occupancy():

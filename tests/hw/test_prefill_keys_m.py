@@ -87,6 +87,7 @@ CASES = [
     Case("fp8", 64, 3, EDGES, 97, tiles=(2, 32, True), nan_keys=(32,)),
     Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32, True)),
     Case("fp8", 32, 2, STAGGER, 97, tiles=(2, 16, True)),
+    Case("fp8", 64, 3, EDGES[:7], 96, tiles=(2, 32, True)),           # SK a multiple of block_k
     Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16, True)),
     Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16, True)),
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32, True), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),

@@ -64,6 +64,18 @@ def test_jobs_report_the_cases_in_order_with_the_same_results(device):
         {n: (r["status"], r["worst_ratio"], r["detail"]) for n, r in serial.items()}
 
 
+def test_jobs_keep_the_given_order(device):
+    """run_cases with a slow case first (the fast ones usually finish before it): the results keep the given
+    order and on_result counts completions."""
+    slow, *fast = (difftest.select_cases(quick=False, patterns=(n,))[0] for n in (QUICK_SUBSET[3], *QUICK_SUBSET[:2]))
+    finished = []
+    results = difftest.run_cases([slow, *fast], difftest.make_env(device.type),
+                                 on_result=lambda n, r: finished.append((n, r.name)), jobs=2)
+    assert [r.name for r in results] == [slow.name, *(c.name for c in fast)]
+    assert all(r.ok for r in results)
+    assert [n for n, _ in finished] == [0, 1, 2] and {name for _, name in finished} == {r.name for r in results}
+
+
 def test_table_reports_each_case(device):
     result, out = run_diff(device, "--case", QUICK_SUBSET[0])
     assert result.exit_code == 0
