@@ -2,7 +2,7 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy]
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide]
 
 GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
@@ -12,6 +12,7 @@ GRID `pdl` (the default):
 GRID `tiles`: the decode scorers with PDL at 4, 8 or 16 tiles of 64 keys per program and 2 or 3 pipeline stages.
 GRID `occupancy`: the decode scorers at 4, 8 or 16 tiles per program (default stages) over batches 1 / 8 / 64 / 256
 and contexts 8192 / 32768 (next_n 1, H32, D128, page 64): how many programs each grid should have.
+GRID `occupancy_wide`: the same at 64 and 128 query columns (next_n 2 / H32, next_n 1 / H64, next_n 2 / H64).
 """
 import sys
 
@@ -53,17 +54,19 @@ def tile_cases(log) -> None:
                                                                        "GBps": sets[0][1] / us / 1e3})
 
 
-def occupancy_cases(log) -> None:
-    for kv_dtype in ("fp8", "mxfp4"):
+def occupancy_cases(log, queries=((1, 32),)) -> None:
+    """queries: (next_n, heads) pairs; rows of other pairs than (1, 32) are named with them."""
+    for (next_n, heads), kv_dtype in ((q, f) for q in queries for f in ("fp8", "mxfp4")):
         for context in (8192, 32768):
             for batch in (1, 8, 64, 256):
                 for tiles in (4, 8, 16):
-                    shape = dict(SHAPE, batch=batch, context=context)
+                    shape = dict(SHAPE, batch=batch, context=context, next_n=next_n, heads=heads)
                     sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings={"tiles": tiles},
                                           **shape) for i in range(INPUT_SETS)]
                     us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
                     programs = batch * -(-context // (64 * tiles))
-                    log(f"decode/{kv_dtype}/ctx{context}/B{batch}/tiles{tiles}",
+                    query = "" if (next_n, heads) == (1, 32) else f"N{next_n}H{heads}/"
+                    log(f"decode/{kv_dtype}/{query}ctx{context}/B{batch}/tiles{tiles}",
                         {"time_us": us, "GBps": sets[0][1] / us / 1e3, "programs": programs})
                     del sets
 
@@ -92,6 +95,8 @@ def main(out_path: str, grid: str = "pdl") -> None:
         return tile_cases(log)
     if grid == "occupancy":
         return occupancy_cases(log)
+    if grid == "occupancy_wide":
+        return occupancy_cases(log, queries=((2, 32), (1, 64), (2, 64)))
     decode_cases(log)
     topk_cases(log)
 
