@@ -25,12 +25,10 @@ descending composite order is the (value desc, column asc) rule), into a per-row
 Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
 and barriers (26 of the 43 us of 64 x 8192 at k = 2048 on the H200, docs/perf/h200-topk-phases.json), while the
 sort of a few hundred is short. So the selecting program sorts a sample (every STRIDE-th selected composite),
-takes from it the bounds of SEGMENTS ranges of the composite order (`_splitters`); then `_order_kernel` (rows x
-SEGMENTS programs, all SMs) picks its range out of the whole selection, sorts it and stores it at its rank
-offset, the number of composites above the range. The selecting program, one per row, does no more than that:
-scattering the selection into the ranges there (atomic slot counters) cost a third of its time on the H200
-(docs/perf/h200-topk.md). Composites are distinct, so the ranges and offsets are exact whatever the sample; a
-sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
+takes splitters from it and scatters the selection into SEGMENTS ranges of the composite order (`_partition`);
+then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and stores it at its rank offset, the
+sizes of the ranges above it. Composites are distinct, so the ranges and offsets are exact whatever the sample;
+a sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
 
 Two paths, picked from the width alone (the grid depends only on shapes):
 
@@ -279,12 +277,17 @@ def _split_groups(row_ptr, gid_ptr, n_groups, start, end, lo, above, k_eff, out_
 
 
 @triton.jit
-def _splitters(sel_row, k_eff, lower_ptr, row, K_PAD: tl.constexpr, SEGMENTS: tl.constexpr,
-               STRIDE: tl.constexpr):
-    """Bounds of the SEGMENTS ranges of the composite order into which _order_kernel splits the k_eff selected
-    composites sel_row[0 .. k_eff) of `row` (SEGMENTS > 1; with one, the ordering sorts sel_row whole): range j is
-    (lower[j], lower[j - 1]] with lower[-1] = +inf and lower[j] the entry (j + 1) * PER of a descending sorted
-    sample (every STRIDE-th slot), _EMPTY_SLOT past the filled samples. Stores the row's lower[j]."""
+def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.constexpr,
+               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
+    """Split the k_eff selected composites sel_row[0 .. k_eff) of `row` into SEGMENTS ranges of the composite
+    order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
+    sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
+    (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
+    Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
+    bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
+    count_row = count_ptr + row * SEGMENTS
+    lower_row = lower_ptr + row * SEGMENTS
     SAMPLES: tl.constexpr = K_PAD // STRIDE
     PER: tl.constexpr = SAMPLES // SEGMENTS
     tl.debug_barrier()   # the selection was stored by other threads of this program
@@ -292,7 +295,17 @@ def _splitters(sel_row, k_eff, lower_ptr, row, K_PAD: tl.constexpr, SEGMENTS: tl
     sample = tl.sort(tl.load(sel_row + s * STRIDE, mask=s * STRIDE < k_eff, other=_EMPTY_SLOT), descending=True)
     j = tl.arange(0, SEGMENTS)
     lower = tl.max(tl.where(s[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
-    tl.store(lower_ptr + row * SEGMENTS + j, lower)
+    tl.store(lower_row + j, lower)
+    tl.store(count_row + j, tl.zeros((SEGMENTS,), tl.int32))   # here, not by a memset kernel before the launch
+    slots = tl.arange(0, K_PAD)
+    filled = slots < k_eff
+    comp = tl.load(sel_row + slots, mask=filled, other=_EMPTY_SLOT)
+    tl.debug_barrier()   # the bounds and zero counts were stored by other threads of this program
+    seg = slots * 0
+    for b in tl.static_range(SEGMENTS - 1):   # scalar bounds: a [K_PAD, SEGMENTS] compare tile would spill
+        seg += (comp <= tl.load(lower_row + b)).to(tl.int32)
+    rank = tl.atomic_add(count_row + seg, 1, mask=filled, sem="relaxed")
+    tl.store(bucket_row + seg * (2 * SEG_CAP) + rank, comp, mask=filled & (rank < 2 * SEG_CAP))
 
 
 # ----------------------------------------------------------------------------------------------------- kernels
@@ -303,7 +316,9 @@ def _topk_row_kernel(
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
-    lower_ptr,            # *i64 [rows, SEGMENTS]: _splitters' output (untouched when SEGMENTS == 1)
+    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS], lower_ptr
+    count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
+    lower_ptr,
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -312,8 +327,9 @@ def _topk_row_kernel(
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
-    SEGMENTS: tl.constexpr,     # _splitters' constants (Ordering)
+    SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
+    SEG_CAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -341,7 +357,7 @@ def _topk_row_kernel(
     if direct == 0:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _splitters(out_row, k_eff, lower_ptr, row, K_PAD, SEGMENTS, STRIDE)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -377,7 +393,9 @@ def _topk_long_kernel(
                           #     that may hold candidates
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch
-    lower_ptr,            # as _topk_row_kernel's
+    bucket_ptr,           # as _topk_row_kernel's
+    count_ptr,
+    lower_ptr,
     width,                # i32 W
     stride_row,
     groups,               # i32 <= TILE_W
@@ -391,6 +409,7 @@ def _topk_long_kernel(
     GROUP: tl.constexpr,  # columns per group of gmax
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
+    SEG_CAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -435,7 +454,7 @@ def _topk_long_kernel(
     if ge_lo - above <= CAP:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _splitters(out_row, k_eff, lower_ptr, row, K_PAD, SEGMENTS, STRIDE)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -443,8 +462,9 @@ def _order_kernel(
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
     sel_ptr,              # *i64 [rows, K_PAD]: the composites of the k_eff selected columns of each row, any order
-    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP] scratch: each program's range, compacted
-    lower_ptr,            # *i64 [rows, SEGMENTS]: _splitters' bounds (SEGMENTS > 1)
+    bucket_ptr,           # _partition's output (SEGMENTS > 1)
+    count_ptr,
+    lower_ptr,
     out_ptr,              # *i32 [rows, k] contiguous
     width,                # i32 W
     k,                    # i32, 1 <= k <= K_PAD
@@ -454,11 +474,10 @@ def _order_kernel(
     SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
     PDL: tl.constexpr,
 ):
-    """Order range `program_id(1)` of one row's selection (see _splitters): pick its composites out of the whole
-    selection, sort them and store their columns at its rank offset, the number of selected composites above the
-    range. A range holding more than SEG_CAP composites (a sample that missed) is sorted at twice the width, one
-    holding more than 2 * SEG_CAP (skewed samples) at the full K_PAD width: slower, same result. Program 0 pads
-    out[k_eff .. k) with -1."""
+    """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
+    columns at its rank offset, the number of selected composites in the ranges above. A range holding more than
+    SEG_CAP composites (a sample that missed) is sorted at twice the width, one holding more than 2 * SEG_CAP
+    (skewed samples) at the full K_PAD width: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
@@ -466,33 +485,29 @@ def _order_kernel(
     out_row = out_ptr + row * k
     _, _, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     slots = tl.arange(0, K_PAD)
-    comp = tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT)
     if SEGMENTS == 1:
-        ordered = tl.sort(comp, descending=True)
+        ordered = tl.sort(tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT), descending=True)
         tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
     else:
-        lower = tl.load(lower_ptr + row * SEGMENTS + seg)
-        upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
-        upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
-        mine = (comp <= upper) & (comp > lower)   # empty slots are below every bound
-        offset = tl.sum((comp > upper).to(tl.int32), 0)
-        count = tl.sum(mine.to(tl.int32), 0)
-        if count <= 2 * SEG_CAP:
-            # compacted through this program's bucket (composites are distinct: any order sorts the same)
-            bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
-            rank = tl.cumsum(mine.to(tl.int32), 0) - mine.to(tl.int32)
-            tl.store(bucket + rank, comp, mask=mine)
-            tl.debug_barrier()   # the bucket was stored by other threads of this program
-            if count <= SEG_CAP:
-                i = tl.arange(0, SEG_CAP)
-                part = tl.sort(tl.load(bucket + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
-                tl.store(out_row + offset + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
-            else:
-                i2 = tl.arange(0, 2 * SEG_CAP)
-                part2 = tl.sort(tl.load(bucket + i2, mask=i2 < count, other=_EMPTY_SLOT), descending=True)
-                tl.store(out_row + offset + i2, part2.to(tl.int32) ^ _INT32_MAX, mask=i2 < count)
+        j = tl.arange(0, SEGMENTS)
+        counts = tl.load(count_ptr + row * SEGMENTS + j)
+        count = tl.sum(tl.where(j == seg, counts, 0), 0)
+        offset = tl.sum(tl.where(j < seg, counts, 0), 0)
+        bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
+        if count <= SEG_CAP:
+            i = tl.arange(0, SEG_CAP)
+            part = tl.sort(tl.load(bucket + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
+            tl.store(out_row + offset + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
+        elif count <= 2 * SEG_CAP:
+            i2 = tl.arange(0, 2 * SEG_CAP)
+            part2 = tl.sort(tl.load(bucket + i2, mask=i2 < count, other=_EMPTY_SLOT), descending=True)
+            tl.store(out_row + offset + i2, part2.to(tl.int32) ^ _INT32_MAX, mask=i2 < count)
         else:
-            whole = tl.sort(tl.where(mine, comp, _EMPTY_SLOT), descending=True)
+            lower = tl.load(lower_ptr + row * SEGMENTS + seg)
+            upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
+            upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
+            comp = tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT)
+            whole = tl.sort(tl.where((comp <= upper) & (comp > lower), comp, _EMPTY_SLOT), descending=True)
             tl.store(out_row + offset + slots, whole.to(tl.int32) ^ _INT32_MAX, mask=slots < count)
         pad_from = tl.where(seg == 0, k_eff, k)   # program 0 pads
         tl.store(out_row + slots, -1, mask=(slots >= pad_from) & (slots < k))
@@ -523,15 +538,16 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   num_warps=tiling.num_warps)
     order = ordering(k, tiling)
-    common.update(SEGMENTS=order.segments, STRIDE=order.stride)
+    common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
-    bucket = torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device)
-    lower = torch.empty((rows, order.segments), dtype=torch.int64, device=device)
+    parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
+             torch.empty((rows, order.segments), dtype=torch.int32, device=device),
+             torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
-        _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, lower, width, logits.stride(0), k,
+        _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
                                   TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common, **pdl)
     else:
         group = group_size(width, tiling.tile_w)
@@ -541,20 +557,21 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
             GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
-        _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, sel, cand, lower, width, logits.stride(0),
+        _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, sel, cand, *parts, width, logits.stride(0),
                                    groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common,
                                    **pdl)
     _order_kernel[(rows, order.segments)](
-        starts_arg, lengths, sel, bucket, lower, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
+        starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, num_warps=tiling.order_warps, **pdl)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
 ISA_TARGETS = ("sm90",)
+_PARTS = {"bucket_ptr": "*i64", "count_ptr": "*i32", "lower_ptr": "*i64"}
 _SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", "cand_ptr": "*i32",
-              "lower_ptr": "*i64", "width": "i32", "stride_row": "i32", "k": "i32"}
-_ORDER_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", "bucket_ptr": "*i64",
-                    "lower_ptr": "*i64", "out_ptr": "*i32", "width": "i32", "k": "i32"}
+              **_PARTS, "width": "i32", "stride_row": "i32", "k": "i32"}
+_ORDER_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", **_PARTS, "out_ptr": "*i32",
+                    "width": "i32", "k": "i32"}
 _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32",
                    "width": "i32", "stride_row": "i32", "groups": "i32"}
 
@@ -565,7 +582,7 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
     order = ordering(k, tiling)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "SEGMENTS": order.segments, "STRIDE": order.stride, "PDL": tiling.pdl}
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,

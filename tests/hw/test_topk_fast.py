@@ -164,8 +164,9 @@ def test_order_segment_overflow(device):
 
 
 def test_scratch_is_never_trusted(device, monkeypatch):
-    """The launcher's scratch (candidates, selection, segment buckets, bounds) comes from torch.empty: filled here
-    with garbage, the results do not change (every kernel writes what it reads back, no memset before the launch)."""
+    """The launcher's scratch (candidates, selection, segment buckets, counts, bounds) comes from torch.empty:
+    filled here with garbage, the results do not change (the selecting kernels zero the counts they take atomic
+    slots from, instead of a memset before the launch)."""
     real_empty = torch.empty
 
     def poisoned_empty(*shape, dtype=None, device=None, **kw):
