@@ -1,6 +1,6 @@
 """What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
 
-    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles|mirror]
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles]
 
 Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run.
 GRID `levers` (the default):
@@ -18,9 +18,6 @@ GRID `levers` (the default):
 
 GRID `tiles`: FP8 at 128 and 256 MMA columns (block_q 4 and 8 tokens of 32 heads) and 3 or 4 pipeline stages,
 full and causal, 8192 and 4096 queries = keys; both on 128 keys and 8 warps (full); the floor at both sizes.
-
-GRID `mirror`: the shipped kernels with and without MIRROR_CLEAN (each program stores its mirror block's -inf
-columns beside its key tiles), FP8 and MXFP4, full and causal, 8192 and 4096.
 """
 import dataclasses
 import importlib.util
@@ -179,23 +176,11 @@ def tiles_grid(log) -> None:
             log(f"{size}/fp8/full/block_q{block_q}_block_k128_warps8_stages3", {"time_us": us, "TFLOPs": tf})
 
 
-def mirror_grid(log) -> None:
-    for size in (SIZE, SIZE // 2):
-        for kv_dtype in ("fp8", "mxfp4"):
-            for causal in (True, False):
-                for mirror in (True, False):
-                    us, tf = prefill_case(kv_dtype, causal, launch_settings={"mirror_clean": mirror}, size=size)
-                    log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/mirror_clean_{mirror}",
-                        {"time_us": us, "TFLOPs": tf})
-
-
 def main(out_path: str, grid: str = "levers") -> None:
     log = json_recorder(out_path)
 
     if grid == "tiles":
         return tiles_grid(log)
-    if grid == "mirror":
-        return mirror_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)

@@ -125,12 +125,11 @@ TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 2
 #: x programs per sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short
 #: programs that spread over every SM, large ones long programs with less per-program overhead. Each value sits at
 #: or a little below its kernel's occupancy on sm90 (`mxidx isa`: FP8 8 programs per SM; MXFP4 3 under triton 3.6,
-#: 4 under 3.9), and picks the fastest tiles of the H200 grid in docs/perf/h200-decode-ablation.md (batch 1..256,
-#: context 8K and 32K). That grid has N x H = 32 query columns; wider tiles take more registers (fewer programs
-#: fit) and were not timed, so they keep TOKENS_PER_PROGRAM.
+#: 4 under 3.9 at N x H = 32 query columns). On the H200 (docs/perf/h200-decode-ablation.md: batch 1..256, context
+#: 8K and 32K, 32 / 64 / 128 query columns) they pick the fastest of 4 / 8 / 16 tiles of 64 keys, or one within 8 %
+#: of it, at every shape, also where wider tiles fit fewer programs per SM.
 WAVE_PROGRAMS_PER_SM = {(Target.NVIDIA, "fp8"): 7, (Target.NVIDIA, "mxfp4"): 3}
 GRID_TOKENS_PER_PROGRAM = (256, 512, 1024)
-WAVE_MAX_COLUMNS = 32
 NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
               (Target.AMD, "mxfp4"): 2, (Target.INTERPRETER, "fp8"): 1, (Target.INTERPRETER, "mxfp4"): 1}
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
@@ -704,8 +703,8 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
                     tokens_per_program: int | None = None, num_stages: int | None = None,
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
-    SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format and N x H fits
-    WAVE_MAX_COLUMNS, the tiles follow it (still a function of shapes only). Tuning overrides: tokens_per_program
+    SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, the tiles follow it (still a
+    function of shapes only). Tuning overrides: tokens_per_program
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
@@ -720,7 +719,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     tiles = min(MAX_TILES.value, max(1, per_program // keys))
     wave = WAVE_PROGRAMS_PER_SM.get((target, kv_dtype))
-    if grid is not None and wave is not None and tokens_per_program is None and n_pad * h_pad <= WAVE_MAX_COLUMNS:
+    if grid is not None and wave is not None and tokens_per_program is None:
         batch, cap, num_sms = grid
         pages = triton.cdiv(cap, page_size)
         choices = sorted({min(MAX_TILES.value, max(1, t // keys)) for t in GRID_TOKENS_PER_PROGRAM})

@@ -19,9 +19,7 @@ the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps fr
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
 are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
 entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
-cover the columns before and after them. With MIRROR_CLEAN those columns of block p are stored by the program that
-scores block NB-1-p instead, one tile beside each key tile it scores and the rest after its loops: in a causal batch
-the long rows' key loops carry the short rows' -inf columns (docs/perf/h200-prefill-ablation.md).
+cover the columns before and after them.
 
 MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
@@ -135,28 +133,6 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _block_span(ks, ke, row_in, SK, BLOCK_K: tl.constexpr):
-    """The clamped ranges of a query block's rows -> (ks, ke, lo, hi, first, end): keys [lo, hi) are the union of
-    its non-empty ranges, its key tiles cover [first, end) (multiples of BLOCK_K)."""
-    ks = tl.maximum(ks, 0)
-    ke = tl.minimum(ke, SK)
-    busy = row_in & (ks < ke)
-    hi = tl.max(tl.where(busy, ke, 0))
-    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
-    return ks, ke, lo, hi, lo // BLOCK_K * BLOCK_K, tl.cdiv(hi, BLOCK_K) * BLOCK_K
-
-
-@triton.jit
-def _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store -inf into the i-th column tile outside a block's key tiles [c_first, c_end): tiles 0 .. n_lead - 1
-    cover [0, c_first), the next ones [c_end, SK) (the caller keeps i below their count)."""
-    lead = i < n_lead
-    cols = tl.where(lead, i * BLOCK_K, c_end + (i - n_lead) * BLOCK_K) + tl.arange(0, BLOCK_K)
-    tl.store(c_rows[:, None] + cols[None, :], tl.full((BLOCK_Q, BLOCK_K), float("-inf"), tl.float32),
-             mask=c_in[:, None] & (cols < tl.where(lead, c_first, SK))[None, :])
-
-
-@triton.jit
 def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.constexpr, WHOLE: tl.constexpr):
     """Store the [BLOCK_K, BLOCK_Q] logits of one key tile into out[token, key] for the keys with `stored` True:
     every column < SK of the program's rows (-inf where invisible) when CLEAN, else the visible entries. WHOLE:
@@ -266,7 +242,7 @@ def prefill_keys_m_kernel(
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr, MIRROR_CLEAN: tl.constexpr,
+    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
@@ -284,23 +260,16 @@ def prefill_keys_m_kernel(
     ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
     if HAS_FLAG and not EXACT_PASS:
         report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
-    # keys [lo, hi): the union of the block's non-empty ranges; the loop's tiles cover [first, end)
-    ks, ke, lo, hi, first, end = _block_span(ks, ke, row_in, SK, BLOCK_K)
+    ks = tl.maximum(ks, 0)
+    ke = tl.minimum(ke, SK)
+    busy = row_in & (ks < ke)
+    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
+    first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
+    end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
-    MIRROR: tl.constexpr = CLEAN and not EXACT_PASS and MIRROR_CLEAN
-    if MIRROR:
-        # the -inf columns of block program_id(0), the mirror of this block, one tile beside each scored tile
-        # and the rest after the loops: a causal batch's short rows have few key tiles and many -inf columns,
-        # its long rows the reverse, so the invisible half is stored while the MMAs run instead of in a burst
-        c_tokens = tl.program_id(0).to(tl.int64) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-        c_in = c_tokens < S
-        _, _, _, _, c_first, c_end = _block_span(tl.load(ks_ptr + c_tokens, mask=c_in, other=0),
-                                                 tl.load(ke_ptr + c_tokens, mask=c_in, other=0), c_in, SK, BLOCK_K)
-        c_rows = out_ptr + c_tokens * stride_out_s
-        n_lead = c_first // BLOCK_K
-        n_clean = n_lead + tl.cdiv(SK - c_end, BLOCK_K)
-    if CLEAN and not EXACT_PASS and not MIRROR_CLEAN:
+    if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
         _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
         _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
@@ -318,14 +287,9 @@ def prefill_keys_m_kernel(
         d = tl.arange(0, D)
         q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=col_ok[:, None], other=0)        # [NQ, D]
         qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                             # [D, NQ]
-        loop_end = tl.minimum(hi, whole_end)
-        for k0 in tl.range(first, loop_end, BLOCK_K, num_stages=NUM_STAGES):
+        for k0 in tl.range(first, tl.minimum(hi, whole_end), BLOCK_K, num_stages=NUM_STAGES):
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
-            if MIRROR:
-                i = (k0 - first) // BLOCK_K
-                if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
-                    _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
@@ -360,14 +324,9 @@ def prefill_keys_m_kernel(
             qt2 = qt                                            # unused
         fold_end = tl.where(q_wide > 0, first, hi)              # a wide query row: the exact pass scores all
         wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
-        loop_end = tl.minimum(fold_end, whole_end)
-        for k0 in tl.range(first, loop_end, BLOCK_K, num_stages=NUM_STAGES):
+        for k0 in tl.range(first, tl.minimum(fold_end, whole_end), BLOCK_K, num_stages=NUM_STAGES):
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, False)
-            if MIRROR:
-                i = (k0 - first) // BLOCK_K
-                if i < n_clean:     # uniform: a block without -inf columns (a full batch) skips the store
-                    _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
         for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
             wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
                                     hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
@@ -399,9 +358,6 @@ def prefill_keys_m_kernel(
                     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
                     _store_tile(out_cols, cols, _head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN,
                                 False)
-    if MIRROR:      # the mirror's -inf tiles the key loop did not reach
-        for i in range(tl.maximum(tl.cdiv(loop_end - first, BLOCK_K), 0), n_clean):
-            _clean_tile(c_rows, c_in, i, n_lead, c_first, c_end, SK, BLOCK_Q, BLOCK_K)
 
 
 # ============================================================================================ launcher
@@ -417,7 +373,6 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    mirror_clean: bool = False   # MIRROR_CLEAN: program p stores block p's -inf columns beside its key tiles
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -461,7 +416,7 @@ def _launcher(kv_dtype: str):
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
-                HAS_FLAG=call.error_flag is not None, MIRROR_CLEAN=s.mirror_clean,
+                HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
     return launch
 
@@ -492,7 +447,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
-                    "HAS_FLAG": False, "MIRROR_CLEAN": s.mirror_clean},
+                    "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D

@@ -506,9 +506,9 @@ def test_settings_depend_on_shapes_only():
 
 def test_tiles_follow_the_grid_on_nvidia():
     """With (batch, cap, SMs), NVIDIA's keys per program are the most of GRID_TOKENS_PER_PROGRAM whose grid keeps
-    WAVE_PROGRAMS_PER_SM programs per SM (else the fewest), for N x H up to WAVE_MAX_COLUMNS; elsewhere, with
+    WAVE_PROGRAMS_PER_SM programs per SM (else the fewest), at any number of query columns; elsewhere, with
     tokens_per_program, or for a call of shapes only, the grid is ignored. The H200 winners (132 SMs, page 64):
-    B64 / 8192 keys FP8 8 tiles, MXFP4 16; B8 / 32768 MXFP4 8."""
+    B64 / 8192 keys FP8 8 tiles, MXFP4 16; B8 / 32768 MXFP4 8; 128 query columns at B1 / 8192 4 tiles."""
     def tiles(kv_dtype, batch, cap, target=Target.NVIDIA, heads=32, next_n=1, page=64, **kw):
         return km.keys_m_settings(target, kv_dtype, heads, next_n, page, grid=(batch, cap, 132), **kw).tiles
 
@@ -530,11 +530,13 @@ def test_tiles_follow_the_grid_on_nvidia():
         default = km.keys_m_settings(Target.NVIDIA, kv_dtype, 32, 1, 64).tiles
         assert tiles(kv_dtype, 1, 2048) < default < tiles(kv_dtype, 4096, 131072)
         assert tiles(kv_dtype, 256, 131072, tokens_per_program=256) == 4
-        for wide in ({"heads": 64}, {"next_n": 2}):                          # more query columns: not timed
-            assert tiles(kv_dtype, 1, 2048, **wide) == tiles(kv_dtype, 4096, 131072, **wide) == default
+        for wide in ({"heads": 64}, {"next_n": 2}, {"heads": 64, "next_n": 2}):     # more query columns: same rule
+            for batch, cap in ((1, 2048), (64, 8192), (4096, 131072)):
+                assert tiles(kv_dtype, batch, cap, **wide) == tiles(kv_dtype, batch, cap)
         for target in (Target.AMD, Target.INTERPRETER):
             assert tiles(kv_dtype, 4096, 131072, target=target) == km.keys_m_settings(
                 target, kv_dtype, 32, 1, 64).tiles
+    assert tiles("fp8", 1, 8192, heads=64, next_n=2) == 4
 
 
 def test_shape_only_calls_get_the_default_tiles():

@@ -41,7 +41,7 @@ class Case:
     wide_query: tuple | None = None  # (token, head): that MXFP4 query row's block scales span 20 binades
     nan_keys: tuple = ()             # keys made NaN as a writer leaves a non-finite row
     nan_query: tuple | None = None   # (token, head): MXFP4 query row with a NaN block / FP8 NaN weight
-    tiles: tuple = ()                # (block_q, block_k[, mirror_clean]): launch settings overrides (h_pad follows)
+    tiles: tuple = ()                # (block_q, block_k): launch settings overrides (h_pad follows)
 
     def __str__(self):
         return (f"{self.kv_dtype}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
@@ -82,16 +82,14 @@ CASES = [
     Case("fp8", 64, 2, FULL, 97, clean=False, tiles=(2, 32)),
     Case("mxfp4", 64, 3, STAGGER, 97, clean=False, tiles=(2, 32), spans=((35, 20),), nan_keys=(70,)),
     Case("mxfp4", 128, 2, FULL, 97, tiles=(2, 32), spans=((5, 14),)),
-    # each program stores the -inf columns of its mirror block beside its key tiles (MIRROR_CLEAN): odd and even
-    # block counts, blocks with more -inf tiles than key tiles and the reverse, leading and trailing -inf columns
-    Case("fp8", 64, 3, EDGES, 97, tiles=(2, 32, True), nan_keys=(32,)),
-    Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32, True)),
-    Case("fp8", 32, 2, STAGGER, 97, tiles=(2, 16, True)),
-    Case("fp8", 64, 3, EDGES[:7], 96, tiles=(2, 32, True)),           # SK a multiple of block_k
-    Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16, True)),
-    Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16, True)),
-    Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32, True), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),
-    Case("mxfp4", 128, 2, STAGGER, 97, tiles=(4, 32, True), spans=((35, 20),), nan_keys=(70,)),
+    # -inf columns: odd and even block counts, blocks with more -inf tiles than key tiles and the reverse, leading
+    # and trailing ones, a causal batch
+    Case("fp8", 64, 3, EDGES, 97, tiles=(2, 32), nan_keys=(32,)),
+    Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32)),
+    Case("fp8", 64, 3, EDGES[:7], 96, tiles=(2, 32)),           # SK a multiple of block_k
+    Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
+    Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
+    Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),
 ]
 
 
@@ -132,8 +130,8 @@ def _inputs(case: Case, rng: np.random.Generator):
 def _settings_overrides(case: Case) -> dict | None:
     if not case.tiles:
         return None
-    block_q, block_k, *mirror = case.tiles
-    return {"block_q": block_q, "block_k": block_k, "mirror_clean": bool(mirror and mirror[0]),
+    block_q, block_k = case.tiles
+    return {"block_q": block_q, "block_k": block_k,
             "h_pad": max(1 << (case.heads - 1).bit_length(), 16 // block_q)}
 
 

@@ -1,0 +1,38 @@
+"""The kernels of a decode step, one launch each, for Nsight Compute: where the time of the decode scorers and of
+the top-k goes, instruction by instruction.
+
+    PYTHONPATH=. ncu --clock-control none --set full --import-source yes -k regex:KERNEL -c 1 -o REPORT \\
+        python3 docs/perf/h200-ncu.py CASE
+
+CASE: fp8 | mxfp4 (the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, the `mxidx bench`
+shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile the last
+matching launch (`--launch-skip` 1 for the scorers and the top-k's selecting kernel).
+"""
+import sys
+
+import torch
+
+import hw
+from tools.cmd_bench import decode_inputs
+
+SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
+
+
+def main(case: str) -> None:
+    if case in ("fp8", "mxfp4"):
+        call, _ = decode_inputs(case, "cuda", layout=None, **SHAPE)
+        fns = [call]
+    elif case == "topk":
+        logits = torch.randn(64, 8192, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+        lengths = torch.full((64,), 8192, dtype=torch.int32, device="cuda")
+        fns = [lambda: hw.top_k_per_row(logits, lengths, 2048)]
+    else:
+        raise SystemExit(f"unknown case {case!r}: use fp8, mxfp4 or topk")
+    for _ in range(2):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
