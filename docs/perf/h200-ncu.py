@@ -5,8 +5,10 @@ the top-k goes, instruction by instruction.
         python3 docs/perf/h200-ncu.py CASE
 
 CASE: fp8 | mxfp4 (the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, the `mxidx bench`
-shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile the last
-matching launch (`--launch-skip` 1 for the scorers and the top-k's selecting kernel).
+shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile the second
+launch (a scorer: KERNEL paged_keys_m_kernel, `--launch-skip 1 -c 1`; the top-k's two kernels: KERNEL
+'_topk_row_kernel|_order_kernel', `--launch-skip 2 -c 2`). The tables of docs/perf/ncu come from
+`ncu -i REPORT --page details --csv`, the per-instruction samples from `--page source --csv --print-source sass`.
 """
 import sys
 
