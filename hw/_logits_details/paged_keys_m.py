@@ -735,6 +735,11 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
         pdl=target is Target.NVIDIA)
 
 
+def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
+    """keys_m_settings' grid argument for a launch of `batch` sequences up to `cap` keys on `device` (NVIDIA only)."""
+    return (batch, cap, sm_count(device)) if target is Target.NVIDIA else None
+
+
 def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, out, *, cap: int, page_stride: int,
                         num_cache_pages: int, next_n: int, num_heads: int, head_dim: int, page_size: int,
                         kv_dtype: str, tiled: bool, target: Target, path: str | None = None,
@@ -770,10 +775,8 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
     short contexts replays correctly with long ones. ValueError for an unknown kv_dtype / target / path, a grid
     too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
     path = _check_path(kv_dtype, target, path)
-    if settings is None:
-        settings = keys_m_settings(target, kv_dtype, num_heads, next_n, page_size, path=path,
-                                   grid=(q_v.shape[0], cap, sm_count(out.device)) if target is Target.NVIDIA else None)
-    s = settings
+    s = settings if settings is not None else keys_m_settings(
+        target, kv_dtype, num_heads, next_n, page_size, path=path, grid=_grid(target, q_v.shape[0], cap, out.device))
     mx = kv_dtype == "mxfp4"
     if mx and q_v.data_ptr() % WORD_BYTES.value:
         raise ValueError("q_v: MXFP4 codes are read as 32-bit words; data_ptr must be a multiple of 4")
@@ -841,8 +844,8 @@ def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
 def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
         # a call of shapes only (tools.tune's sweep bases) has no tensors: the default tiles
-        launch = target is Target.NVIDIA and getattr(call, "out", None) is not None
-        grid = (call.q_v.shape[0], call.cap, sm_count(call.out.device)) if launch else None
+        out = getattr(call, "out", None)
+        grid = None if out is None else _grid(target, call.q_v.shape[0], call.cap, out.device)
         return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path, grid=grid)
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:
