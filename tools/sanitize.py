@@ -7,7 +7,7 @@
    pages, sentinels in unused block-table entries, partial last pages, contexts 0 and 1, fp8 / mxfp4 /
    mxfp4_tiled, and every hostile input of tools.fuzz.HOSTILE). The child runs with PYTORCH_NO_CUDA_MEMORY_CACHING=1
    so that every tensor is its own allocation and a read past one is a memcheck error, not a read inside torch's
-   pool. -> OUTDIR/sanitizer.json and OUTDIR/<tool>.log: each tool's "ERROR SUMMARY" count.
+   pool. -> OUTDIR/sanitizer.json and OUTDIR/<tool>.log: each tool's error count from its summary line.
 
 When compute-sanitizer is not on PATH (nor in $CUDA_HOME/bin, /usr/local/cuda/bin), or a tool cannot run on the
 machine (no summary line, e.g. a kernel without the debugger interface), the log and sanitizer.json say
@@ -31,7 +31,9 @@ from .runtime import choose_device
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 #: cases per tool (racecheck instruments every shared-memory access: fewer cases)
 TOOL_CASES = {"memcheck": 1.0, "racecheck": 0.5}
-SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+# memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: H hazards displayed (N errors,
+# W warnings)": N is the count either way
+SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error")
 EXIT_UNAVAILABLE = 3
 EXIT_NO_GPU = 2
 PROGRESS_EVERY = 25      # fuzz cases between progress lines (stderr)
@@ -76,8 +78,8 @@ def _sanitize(exe: str, tool: str, seed: int, cases: int, compact: bool, out: Pa
     found = SUMMARY.findall(log)
     result = {"cases": cases, "rc": proc.returncode, "seconds": round(time.perf_counter() - start, 1)}
     if not found:
-        return {**result, "status": "UNAVAILABLE", "why": "no ERROR SUMMARY line (see the log)"}
-    errors = int(found[-1])
+        return {**result, "status": "UNAVAILABLE", "why": "no summary line (see the log)"}
+    errors = int(next(n for n in found[-1] if n))
     return {**result, "errors": errors, "status": "ok" if errors == 0 and proc.returncode == 0 else "FAILED"}
 
 

@@ -1,5 +1,6 @@
 """tools.sanitize's reporting, without a GPU: the sanitizer's absence is an explicit UNAVAILABLE (exit 3), and its
-ERROR SUMMARY is parsed into the counts .ci/gpu records."""
+summary lines (memcheck's ERROR SUMMARY, racecheck's RACECHECK SUMMARY) are parsed into the counts .ci/gpu
+records."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,10 @@ def test_missing_sanitizer_is_reported_not_passed(tmp_path, monkeypatch, capsys,
 
 @pytest.mark.parametrize("summary,status,rc", [("ERROR SUMMARY: 0 errors", "ok", 0),
                                                ("ERROR SUMMARY: 2 errors", "FAILED", 1),
+                                               ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)",
+                                                "ok", 0),
+                                               ("RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)",
+                                                "FAILED", 1),
                                                ("the kernel cannot be instrumented", "UNAVAILABLE", 3)])
 def test_sanitizer_summary_is_counted(summary, status, rc, tmp_path, monkeypatch, no_gpu_needed):
     fake = tmp_path / "compute-sanitizer"
