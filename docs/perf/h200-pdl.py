@@ -2,7 +2,7 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide]
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide|tile_keys]
 
 GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
@@ -13,6 +13,10 @@ GRID `tiles`: the decode scorers with PDL at 4, 8 or 16 tiles of 64 keys per pro
 GRID `occupancy`: the decode scorers at 4, 8 or 16 tiles per program (default stages) over batches 1 / 8 / 64 / 256
 and contexts 8192 / 32768 (next_n 1, H32, D128, page 64): how many programs each grid should have.
 GRID `occupancy_wide`: the same at 64 and 128 query columns (next_n 2 / H32, next_n 1 / H64, next_n 2 / H64).
+GRID `tile_keys`: the decode scorers with 128 or 256 keys (2 or 4 pages) on the MMA's M axis per tile against the
+default 64, at 4 or 8 warps (8 warps: two warpgroups of 64 keys each), 2 or 3 stages and 512 or 1024 keys per
+program; at the `mxidx bench` shape, then over batches 8 / 64 / 256 and contexts 8192 / 32768 for the default and
+the 128-key tiles on 8 warps.
 """
 import sys
 
@@ -71,6 +75,39 @@ def occupancy_cases(log, queries=((1, 32),)) -> None:
                     del sets
 
 
+#: (pages per tile, tiles per program, warps, stages); None: the default settings (one page of 64 keys a tile)
+TILE_KEYS = (None, (1, 8, 4, 2), (1, 8, 4, 3), (1, 16, 4, 2), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 8, 2), (2, 4, 8, 3), (2, 8, 8, 2), (2, 8, 8, 3),
+             (4, 2, 8, 2), (4, 4, 8, 2))
+TILE_KEYS_SHAPES = (None, (2, 4, 8, 2), (2, 8, 8, 2))
+
+
+def tile_keys_cases(log) -> None:
+    reference = {}      # (format, shape name): the default settings' logits of input set 0
+
+    def run(kv_dtype, shape, config, name):
+        settings = None if config is None else dict(zip(("tile_pages", "tiles", "num_warps", "num_stages"), config))
+        sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings=settings, **shape)
+                for i in range(INPUT_SETS)]
+        us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+        label = "default" if config is None else "tp{}_t{}_w{}_s{}".format(*config)
+        out = sets[0][0]().clone()
+        if config is None:
+            reference[kv_dtype, name] = out
+        same = bool(torch.equal(out.nan_to_num(), reference[kv_dtype, name].nan_to_num()))
+        log(f"decode/{kv_dtype}/{name}{label}", {"time_us": us, "GBps": sets[0][1] / us / 1e3,
+                                                 "same_logits_as_default": same})
+        del sets
+
+    for kv_dtype in ("fp8", "mxfp4"):
+        for config in TILE_KEYS:
+            run(kv_dtype, SHAPE, config, "")
+    for kv_dtype in ("fp8", "mxfp4"):
+        for context in (8192, 32768):
+            for batch in (8, 64, 256):
+                for config in TILE_KEYS_SHAPES:
+                    run(kv_dtype, dict(SHAPE, batch=batch, context=context), config, f"ctx{context}/B{batch}/")
+
+
 def topk_cases(log) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for width in (8192, 131072):
@@ -95,6 +132,8 @@ def main(out_path: str, grid: str = "pdl") -> None:
         return tile_cases(log)
     if grid == "occupancy":
         return occupancy_cases(log)
+    if grid == "tile_keys":
+        return tile_keys_cases(log)
     if grid == "occupancy_wide":
         return occupancy_cases(log, queries=((2, 32), (1, 64), (2, 64)))
     decode_cases(log)
