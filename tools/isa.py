@@ -151,8 +151,6 @@ def compile_spec(spec: CompileSpec, target: str):
         options = {"num_warps": spec.num_warps}
         if spec.num_stages is not None:
             options["num_stages"] = spec.num_stages
-        if spec.maxnreg is not None and target == "sm90":
-            options["maxnreg"] = spec.maxnreg
         source = ASTSource(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
         start = time.perf_counter()
         compiled = triton.compile(source, target=GPU_TARGETS[target], options=options)

@@ -92,7 +92,7 @@ def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
     sms = sm_count("cuda")
     target = scorer_target("cuda")
     shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
-                            page_size=DECODE_SHAPE["page_size"], head_dim=DECODE_SHAPE["head_dim"])
+                            page_size=DECODE_SHAPE["page_size"])
     chosen = [v for v in variants(Op.DECODE, target=target) if not names or v.name in names]
     for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM[:1] if grid else DECODE_PROGRAMS_PER_SM):
         for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options,

@@ -2,7 +2,7 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide|tile_keys|register_cap]
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide|tile_keys]
 
 GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
@@ -17,9 +17,6 @@ GRID `tile_keys`: the decode scorers with 128 or 256 keys (2 or 4 pages) on the 
 default 64, at 4 or 8 warps (8 warps: two warpgroups of 64 keys each), 2 or 3 stages and 512 or 1024 keys per
 program; at the `mxidx bench` shape, then over batches 8 / 64 / 256 and contexts 8192 / 32768 for the default and
 the 128-key tiles on 8 warps.
-GRID `register_cap`: the MXFP4 scorer with and without its register cap (paged_keys_m.FOLD_MAX_REGISTERS), at the
-`mxidx bench` shape, then at 4, 8 or 16 tiles per program over batches 1 / 8 / 64 / 256 and contexts 8192 / 32768
-with the cap (the grid `occupancy` again).
 """
 import sys
 
@@ -79,8 +76,8 @@ def occupancy_cases(log, queries=((1, 32),)) -> None:
 
 
 #: (pages per tile, tiles per program, warps, stages); None: the default settings (one page of 64 keys a tile)
-TILE_KEYS = (None, (1, 8, 4, 2), (1, 8, 4, 3), (1, 16, 4, 2), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 8, 2), (2, 4, 8, 3),
-             (2, 8, 8, 2), (2, 8, 8, 3), (4, 2, 8, 2), (4, 4, 8, 2))
+TILE_KEYS = (None, (1, 8, 4, 2), (1, 8, 4, 3), (1, 16, 4, 2), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 8, 2), (2, 4, 8, 3), (2, 8, 8, 2), (2, 8, 8, 3),
+             (4, 2, 8, 2), (4, 4, 8, 2))
 TILE_KEYS_SHAPES = (None, (2, 4, 8, 2), (2, 8, 8, 2))
 
 
@@ -111,16 +108,6 @@ def tile_keys_cases(log) -> None:
                     run(kv_dtype, dict(SHAPE, batch=batch, context=context), config, f"ctx{context}/B{batch}/")
 
 
-def register_cap_cases(log) -> None:
-    for name, settings in (("capped", None), ("uncapped", {"maxnreg": None}), ("capped_stages2", {"num_stages": 2})):
-        sets = [decode_inputs("mxfp4", "cuda", layout=None, seed=i, launch_settings=settings, **SHAPE)
-                for i in range(INPUT_SETS)]
-        us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
-        log(f"decode/mxfp4/{name}", {"time_us": us, "GBps": sets[0][1] / us / 1e3})
-        del sets
-    occupancy_cases(log)
-
-
 def topk_cases(log) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for width in (8192, 131072):
@@ -145,8 +132,6 @@ def main(out_path: str, grid: str = "pdl") -> None:
         return tile_cases(log)
     if grid == "occupancy":
         return occupancy_cases(log)
-    if grid == "register_cap":
-        return register_cap_cases(log)
     if grid == "tile_keys":
         return tile_keys_cases(log)
     if grid == "occupancy_wide":

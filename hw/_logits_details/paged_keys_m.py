@@ -132,12 +132,6 @@ WAVE_PROGRAMS_PER_SM = {(Target.NVIDIA, "fp8"): 7, (Target.NVIDIA, "mxfp4"): 3}
 GRID_TOKENS_PER_PROGRAM = (256, 512, 1024)
 NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
               (Target.AMD, "mxfp4"): 2, (Target.INTERPRETER, "fp8"): 1, (Target.INTERPRETER, "mxfp4"): 1}
-#: NVIDIA, the MXFP4 fold at one tile of 64 keys x 32 query columns and D = 128: ptxas's register cap per thread, so
-#: that 4 programs of 4 warps fit an SM (triton 3.6 allocates 132 registers without it: 3 programs; 3.9 allocates
-#: 128 on its own). No spills at the cap under triton 3.6-3.9 (`mxidx isa`); timed in
-#: docs/perf/h200-decode-ablation.md
-FOLD_MAX_REGISTERS = 128
-FOLD_CAPPED_HEAD_DIMS = (128,)
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
 #: 0 = the backend's default (on sm_90: no promotion, as production FP8 scorers run; declared_precision says what
 #: each choice declares).
@@ -702,13 +696,12 @@ class KeysMSettings:
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
     pdl: bool           # programmatic dependent launch (hw._pdl): on NVIDIA
-    maxnreg: int | None = None  # NVIDIA: ptxas's register cap per thread (FOLD_MAX_REGISTERS), None: no cap
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
                     path: str | None = None, grid: tuple[int, int, int] | None = None,
                     tokens_per_program: int | None = None, num_stages: int | None = None,
-                    num_warps: int | None = None, head_dim: int | None = None) -> KeysMSettings:
+                    num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
     SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, the tiles follow it (still a
     function of shapes only). Tuning overrides: tokens_per_program
@@ -717,8 +710,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
     32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
     the H200, 4 warps at 64 x 128 take more registers but are 2.4x faster for MXFP4 and 1.25x for FP8 than 8,
-    docs/perf/h200-keys-m-heads.json), head_dim: D, which the register cap (FOLD_MAX_REGISTERS) depends on (None:
-    no cap). ValueError as declared_precision."""
+    docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
@@ -734,15 +726,13 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
         fill = [t for t in choices if batch * triton.cdiv(pages, t * tile_pages) >= wave * num_sms]
         tiles = max(fill) if fill else min(choices)
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
-    capped = (target is Target.NVIDIA and path == "fold" and head_dim in FOLD_CAPPED_HEAD_DIMS
-              and keys * n_pad * h_pad <= MIN_TILE_KEYS * 32)
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
         num_warps=num_warps if num_warps is not None else
         4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
-        pdl=target is Target.NVIDIA, maxnreg=FOLD_MAX_REGISTERS if capped else None)
+        pdl=target is Target.NVIDIA)
 
 
 def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
@@ -786,8 +776,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
     too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
     path = _check_path(kv_dtype, target, path)
     s = settings if settings is not None else keys_m_settings(
-        target, kv_dtype, num_heads, next_n, page_size, path=path, grid=_grid(target, q_v.shape[0], cap, out.device),
-        head_dim=head_dim)
+        target, kv_dtype, num_heads, next_n, page_size, path=path, grid=_grid(target, q_v.shape[0], cap, out.device))
     mx = kv_dtype == "mxfp4"
     if mx and q_v.data_ptr() % WORD_BYTES.value:
         raise ValueError("q_v: MXFP4 codes are read as 32-bit words; data_ptr must be a multiple of 4")
@@ -808,7 +797,6 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
         CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
         num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
-        **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
     )
 
 
@@ -817,7 +805,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
              target: Target = Target.NVIDIA) -> CompileSpec:
     """The kernel as launch_paged_keys_m launches it by default on `target` (NVIDIA: sm90, AMD: gfx950)."""
     kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
-    s = keys_m_settings(target, kv_dtype, heads, next_n, page_size, head_dim=head_dim)
+    s = keys_m_settings(target, kv_dtype, heads, next_n, page_size)
     path = DEFAULT_PATH[target] if kv_dtype == "mxfp4" else "mma"
     pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr", "flag_ptr")
     types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "flag_ptr": "*i32"}
@@ -833,7 +821,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
                     "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl},
-        num_warps=s.num_warps, maxnreg=s.maxnreg, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
 
@@ -858,8 +846,7 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, su
         # a call of shapes only (tools.tune's sweep bases) has no tensors: the default tiles
         out = getattr(call, "out", None)
         grid = None if out is None else _grid(target, call.q_v.shape[0], call.cap, out.device)
-        return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path, grid=grid,
-                               head_dim=call.head_dim)
+        return keys_m_settings(target, kv_dtype, call.num_heads, call.next_n, call.page_size, path=path, grid=grid)
 
     def launch(c: DecodeCall, s: KeysMSettings) -> None:
         launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out, cap=c.cap,

@@ -539,30 +539,13 @@ def test_tiles_follow_the_grid_on_nvidia():
     assert tiles("fp8", 1, 8192, heads=64, next_n=2) == 4
 
 
-def test_register_cap_only_on_the_tile_it_fits():
-    """FOLD_MAX_REGISTERS caps NVIDIA's MXFP4 fold at one 64-key x 32-column tile and D = 128 only: wider tiles,
-    other head dims, FP8, the other targets and paths are not capped (a cap there would spill)."""
-    def cap(target=Target.NVIDIA, kv_dtype="mxfp4", heads=32, next_n=1, page=64, head_dim=128, path=None):
-        return km.keys_m_settings(target, kv_dtype, heads, next_n, page, path=path, head_dim=head_dim).maxnreg
-
-    assert cap() == km.FOLD_MAX_REGISTERS
-    assert cap(heads=17) == km.FOLD_MAX_REGISTERS                  # padded to 32 columns
-    assert cap(kv_dtype="fp8") is None
-    assert cap(heads=64) is None and cap(next_n=2) is None and cap(page=128) is None
-    assert cap(head_dim=64) is None and cap(head_dim=256) is None and cap(head_dim=None) is None
-    assert cap(target=Target.AMD) is None and cap(target=Target.INTERPRETER) is None
-    spec = km.isa_spec("mxfp4", 128, 64, 1, 32, Target.NVIDIA)
-    assert spec.maxnreg == km.FOLD_MAX_REGISTERS
-
-
 def test_shape_only_calls_get_the_default_tiles():
     """tools.tune asks the variants for settings with a namespace of shapes (no tensors)."""
-    shape = SimpleNamespace(num_heads=32, next_n=1, page_size=64, head_dim=128)
+    shape = SimpleNamespace(num_heads=32, next_n=1, page_size=64)
     keys_m = [v for v in variants(Op.DECODE, target=Target.NVIDIA) if v.name.endswith("keys_m")]
     assert {v.kv_dtype for v in keys_m} == {"fp8", "mxfp4"}
     for v in keys_m:
-        assert v.settings(Target.NVIDIA, shape) == km.keys_m_settings(Target.NVIDIA, v.kv_dtype, 32, 1, 64,
-                                                                      head_dim=128)
+        assert v.settings(Target.NVIDIA, shape).tiles == km.keys_m_settings(Target.NVIDIA, v.kv_dtype, 32, 1, 64).tiles
 
 
 def test_wave_fits_the_compiled_occupancy():
