@@ -76,8 +76,8 @@ def occupancy_cases(log, queries=((1, 32),)) -> None:
 
 
 #: (pages per tile, tiles per program, warps, stages); None: the default settings (one page of 64 keys a tile)
-TILE_KEYS = (None, (1, 8, 4, 2), (1, 8, 4, 3), (1, 16, 4, 2), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 8, 2), (2, 4, 8, 3), (2, 8, 8, 2), (2, 8, 8, 3),
-             (4, 2, 8, 2), (4, 4, 8, 2))
+TILE_KEYS = (None, (1, 8, 4, 2), (1, 8, 4, 3), (1, 16, 4, 2), (2, 4, 4, 2), (2, 4, 4, 3), (2, 4, 8, 2), (2, 4, 8, 3),
+             (2, 8, 8, 2), (2, 8, 8, 3), (4, 2, 8, 2), (4, 4, 8, 2))
 TILE_KEYS_SHAPES = (None, (2, 4, 8, 2), (2, 8, 8, 2))
 
 
