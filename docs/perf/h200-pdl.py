@@ -2,7 +2,7 @@
 NVIDIA default) and off, in one run, timed as `mxidx bench` times them (median of CUDA-graph replays of `inner`
 calls back to back), with the copy ceiling and torch.topk measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide|tile_keys|meta_eviction]
+    PYTHONPATH=. python3 docs/perf/h200-pdl.py OUT.json [pdl|tiles|occupancy|occupancy_wide|tile_keys]
 
 GRID `pdl` (the default):
 - the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, FP8 and MXFP4 (4 input sets);
@@ -17,11 +17,7 @@ GRID `tile_keys`: the decode scorers with 128 or 256 keys (2 or 4 pages) on the 
 default 64, at 4 or 8 warps (8 warps: two warpgroups of 64 keys each), 2 or 3 stages and 512 or 1024 keys per
 program; at the `mxidx bench` shape, then over batches 8 / 64 / 256 and contexts 8192 / 32768 for the default and
 the 128-key tiles on 8 warps.
-GRID `meta_eviction`: the decode scorers with their small inputs (context lengths, block-table entries, queries,
-weights) loaded with the L2 evict_last hint and without, alternating twice, over batches 8 / 64 / 256 and contexts
-8192 / 32768.
 """
-import itertools
 import sys
 
 import torch
@@ -112,20 +108,6 @@ def tile_keys_cases(log) -> None:
                     run(kv_dtype, dict(SHAPE, batch=batch, context=context), config, f"ctx{context}/B{batch}/")
 
 
-def meta_eviction_cases(log) -> None:
-    for kv_dtype in ("fp8", "mxfp4"):
-        for context in (8192, 32768):
-            for batch in (8, 64, 256):
-                shape = dict(SHAPE, batch=batch, context=context)
-                for round_, meta in itertools.product((1, 2), ("", "evict_last")):
-                    sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings={"meta": meta},
-                                          **shape) for i in range(INPUT_SETS)]
-                    us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
-                    log(f"decode/{kv_dtype}/ctx{context}/B{batch}/{meta or 'no_hint'}/{round_}",
-                        {"time_us": us, "GBps": sets[0][1] / us / 1e3})
-                    del sets
-
-
 def topk_cases(log) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for width in (8192, 131072):
@@ -150,8 +132,6 @@ def main(out_path: str, grid: str = "pdl") -> None:
         return tile_cases(log)
     if grid == "occupancy":
         return occupancy_cases(log)
-    if grid == "meta_eviction":
-        return meta_eviction_cases(log)
     if grid == "tile_keys":
         return tile_keys_cases(log)
     if grid == "occupancy_wide":

@@ -98,6 +98,10 @@ MX_FOLD_PTX = tl.constexpr(0)        # fold, conversion in inline PTX (NVIDIA)
 MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Triton (interpreter)
 MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
 
+#: the L2 policy of the small inputs every program reads before or beside its keys (context lengths, block-table
+#: entries, query rows, weights): kept over the key stream, which passes through L2 once (1-2 % faster on the
+#: H200, docs/perf/h200-decode-ablation.md)
+KEEP_IN_L2 = tl.constexpr("evict_last")
 E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
 FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
 FOLD_TABLE_BIAS = tl.constexpr(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
@@ -373,13 +377,13 @@ def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
 
 # ============================================================================================ tile pieces
 @triton.jit
-def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap, META: tl.constexpr):
+def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
     """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = max_context_len (the columns past the
     table are NaN: _tile_pages); 0 for the padding n >= N."""
     if CTX_2D:
-        raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0, eviction_policy=META)
+        raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0, eviction_policy=KEEP_IN_L2)
     else:
-        last = tl.load(ctx_ptr + b * stride_ctx_b, eviction_policy=META)
+        last = tl.load(ctx_ptr + b * stride_ctx_b, eviction_policy=KEEP_IN_L2)
         raw = tl.where(n < N, last - N + n + 1, 0)
     return tl.minimum(tl.maximum(raw, 0), cap)
 
@@ -414,7 +418,7 @@ def _head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
 
 @triton.jit
 def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_stride, t_page,
-                TILE_PAGES: tl.constexpr, META: tl.constexpr):
+                TILE_PAGES: tl.constexpr):
     """A tile's pages: (int64 [KEYS] page byte offsets page_id.to(int64) * page_stride, page_ok, bad_id; the last two
     scalars when TILE_PAGES == 1, else bool / int32 [KEYS]). Block-table entries at or past num_pages (the visible
     span) or max_pages (the table's width) are not read; a page is ok when its entry was read and lies in
@@ -425,7 +429,7 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
     tok < where(page_ok, limit, 0)."""
     if TILE_PAGES == 1:
         in_table = first < max_pages
-        page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0, eviction_policy=META)
+        page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0, eviction_policy=KEEP_IN_L2)
         id_ok = (page_id >= 0) & (page_id < num_cache_pages)
         ok = in_table & id_ok
         page_off = tl.where(ok, page_id, 0).to(tl.int64) * page_stride
@@ -433,7 +437,7 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
     else:
         page = first + t_page
         in_table = (page < num_pages) & (page < max_pages)
-        page_id = tl.load(bt_row_ptr + page, mask=in_table, other=0, eviction_policy=META)
+        page_id = tl.load(bt_row_ptr + page, mask=in_table, other=0, eviction_policy=KEEP_IN_L2)
         id_ok = (page_id >= 0) & (page_id < num_cache_pages)
         ok = in_table & id_ok
         return tl.where(ok, page_id, 0).to(tl.int64) * page_stride, ok, tl.where(in_table & ~id_ok, page_id, 0)
@@ -441,14 +445,14 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
 
 @triton.jit
 def _tile(i, first, t, t_page, bt_row_ptr, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
-          P: tl.constexpr, TILE_PAGES: tl.constexpr, HAS_FLAG: tl.constexpr, META: tl.constexpr):
+          P: tl.constexpr, TILE_PAGES: tl.constexpr, HAS_FLAG: tl.constexpr):
     """Tile i of a program whose first page is `first`: (tok [KEYS] token positions, page_off and page_ok of
     _tile_pages, k_ok [KEYS]: the keys to read (before vis_max, on a valid page), met with the tile's bad page ids
     folded in (HAS_FLAG; see _report_pages))."""
     page_first = first + i * TILE_PAGES
     tok = page_first * P + t
     page_off, page_ok, bad_id = _tile_pages(bt_row_ptr, page_first, num_pages, max_pages, num_cache_pages,
-                                            page_stride, t_page, TILE_PAGES, META)
+                                            page_stride, t_page, TILE_PAGES)
     if HAS_FLAG:
         met = tl.where(bad_id != 0, bad_id, met)
     return tok, page_off, page_ok, tok < tl.where(page_ok, vis_max, 0), met
@@ -488,14 +492,14 @@ def _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE: tl.constexpr):
 
 
 @triton.jit
-def _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D: tl.constexpr, META: tl.constexpr):
+def _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D: tl.constexpr):
     """The query rows' int32 [NH, D/8] code words and int32 [NH, D/32] E8M0 bytes (padded rows: 0 and 127)."""
     jw = tl.arange(0, D // (2 * WORD_BYTES))
     g = tl.arange(0, D // MX_BLOCK)
     words = tl.load((q_v_ptr + q_row_v).to(tl.pointer_type(tl.int32))[:, None] + jw[None, :], mask=row_ok[:, None],
-                    other=0, eviction_policy=META)
+                    other=0, eviction_policy=KEEP_IN_L2)
     scales = tl.load(q_s_ptr + q_row_s[:, None] + g[None, :], mask=row_ok[:, None], other=E8M0_ONE,
-                     eviction_policy=META)
+                     eviction_policy=KEEP_IN_L2)
     return words, scales.to(tl.int32)
 
 
@@ -543,7 +547,7 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr, META: tl.constexpr = "evict_last",
+    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride, num_cache_pages pages); w: fp32 [B*N, H]; ctx: int32 [B] or
@@ -557,7 +561,7 @@ def paged_keys_m_kernel(
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     n = tl.arange(0, N_PAD)
-    visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap, META)
+    visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
     vis_max = tl.max(visible)
     num_pages = vis_max // P + (vis_max % P != 0).to(tl.int32)     # cdiv, without vis_max + P - 1's overflow
     first = chunk * (TILES * TILE_PAGES)
@@ -575,19 +579,19 @@ def paged_keys_m_kernel(
         row_ok = (m_n < N) & (m_h < H)
         q_row_v = b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h
         q_row_s = b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h
-        w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=META)
+        w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=KEEP_IN_L2)
         out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
         met = tl.zeros((KEYS,), tl.int32)           # HAS_FLAG: an out-of-range page id met by the key's lane
 
         if KV_FORMAT == FMT_FP8:
             d = tl.arange(0, D)
             q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0,
-                        eviction_policy=META)                                      # [NH, D]
+                        eviction_policy=KEEP_IN_L2)                                                # [NH, D]
             qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                  # [D, NH]
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
-                                                          TILE_PAGES, HAS_FLAG, META)
+                                                          TILE_PAGES, HAS_FLAG)
                 k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
@@ -602,7 +606,7 @@ def paged_keys_m_kernel(
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
-                                                          TILE_PAGES, HAS_FLAG, META)
+                                                          TILE_PAGES, HAS_FLAG)
                 kv = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, j, P, D, TILED),
                              mask=k_ok[:, None], other=0)                                     # [KEYS, D/2]
                 ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
@@ -611,7 +615,7 @@ def paged_keys_m_kernel(
                 tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
             # the query rows, converted once
-            q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D, META)
+            q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
             sq_max = tl.max(qs, axis=1)
             q_nan = sq_max == E8M0_NAN
             q_wide = tl.max((row_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32)) > 0
@@ -622,7 +626,7 @@ def paged_keys_m_kernel(
             if SPLIT:           # two K = D/2 operands in the split order (_fold_split)
                 jb = tl.arange(0, D // 2)
                 q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0,
-                                  eviction_policy=META)
+                                  eviction_policy=KEEP_IN_L2)
                 q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
                 qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                             # [D/2, NH]
                 qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
@@ -635,7 +639,7 @@ def paged_keys_m_kernel(
             for i in tl.range(0, tl.where(q_wide, 0, num_tiles), num_stages=NUM_STAGES):
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
-                                                          TILE_PAGES, HAS_FLAG, META)
+                                                          TILE_PAGES, HAS_FLAG)
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
@@ -662,14 +666,14 @@ def paged_keys_m_kernel(
             # keys keep the fold loop's logits, so a key's logit does not depend on its tile-mates)
             if q_wide | (wide_tiles != 0):
                 tl.debug_barrier()          # the fold loop's stores of this program land before the exact pass's
-                q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D, META)
+                q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
                 q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
                 for i in tl.range(0, num_tiles, num_stages=1):
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
                         # (met: the fold loop did not run for a wide query)
                         tok, page_off, page_ok, _, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                                num_cache_pages, page_stride, vis_max, met, P,
-                                                               TILE_PAGES, HAS_FLAG, META)
+                                                               TILE_PAGES, HAS_FLAG)
                         # a bad page's keys keep the fold loop's NaN: not stored here (their page_off is page
                         # 0's, a read inside the view whose result is dropped; no read at all without pages)
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in,
@@ -699,7 +703,6 @@ class KeysMSettings:
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
     pdl: bool           # programmatic dependent launch (hw._pdl): on NVIDIA
-    meta: str = "evict_last"
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
@@ -800,7 +803,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
         CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
-        META=s.meta, num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
+        num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
     )
 
 
@@ -824,7 +827,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "META": s.meta},
+                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
