@@ -1,6 +1,6 @@
 """What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
 
-    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles]
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles|stores]
 
 Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run.
 GRID `levers` (the default):
@@ -18,6 +18,9 @@ GRID `levers` (the default):
 
 GRID `tiles`: FP8 at 128 and 256 MMA columns (block_q 4 and 8 tokens of 32 heads) and 3 or 4 pipeline stages,
 full and causal, 8192 and 4096 queries = keys; both on 128 keys and 8 warps (full); the floor at both sizes.
+GRID `stores`: the shipped kernel against its output stores with the L2 evict_first hint (`store_evict_first`; the
+streaming cache modifier .cs compiles to the same PTX under triton 3.6), alternating twice, FP8 and MXFP4, full and
+causal, 8192 and 4096.
 """
 import dataclasses
 import importlib.util
@@ -39,6 +42,12 @@ INNER, REPLAYS = 3, 10
 SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
 SOURCE = Path(pk.__file__).read_text()
 
+#: the output stores of the kernel (_clean_columns' and _store_tile's), as the store probes patch them
+STORES = ("""mask=row_in[:, None] & (cols[None, :] < end))""",
+          """tl.where(visible, logits, float("-inf")), mask=row_in[None, :])""",
+          """mask=row_in[None, :] & (stored & (cols < SK))[:, None])""",
+          """tl.store(out_cols + cols[:, None], logits, mask=visible & stored[:, None])""")
+
 #: probe -> (old, new) source replacements that make it: the shipped kernel with one of its choices undone
 PROBES = {
     "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
@@ -53,6 +62,8 @@ PROBES = {
     else:
         tl.store(out_cols + cols[:, None], logits, mask=visible & stored[:, None])""",
                      """    tl.store(out_cols + cols[:, None], logits)""")],
+    "store_evict_first": [(s, s.replace("])", "], eviction_policy=\"evict_first\")").replace(
+        "end))", "end), eviction_policy=\"evict_first\")")) for s in STORES],
     "plain_relu": [("from .paged_keys_m import (", """@triton.jit
 def _plain_head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
     KEYS: tl.constexpr = s.shape[0]
@@ -176,11 +187,25 @@ def tiles_grid(log) -> None:
             log(f"{size}/fp8/full/block_q{block_q}_block_k128_warps8_stages3", {"time_us": us, "TFLOPs": tf})
 
 
+def stores_grid(log) -> None:
+    for size in (SIZE, SIZE // 2):
+        for kv_dtype in ("fp8", "mxfp4"):
+            names = {"shipped": None, "store_evict_first": patched_variant("store_evict_first", kv_dtype)}
+            for causal in (False, True):
+                for round_ in (1, 2):
+                    for label, name in names.items():
+                        us, tf = prefill_case(kv_dtype, causal, variant=name, size=size)
+                        log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/{label}/{round_}",
+                            {"time_us": us, "TFLOPs": tf})
+
+
 def main(out_path: str, grid: str = "levers") -> None:
     log = json_recorder(out_path)
 
     if grid == "tiles":
         return tiles_grid(log)
+    if grid == "stores":
+        return stores_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)
