@@ -6,8 +6,8 @@ shared-memory round trip; against the shipped `mxfp4_keys_m` on the same inputs,
 
 Not a kernel of the library: B64 / H32 / D128 / page 64 / full pages only, no masks, NaN or wide-span keys. The
 query operands are built on the host (folded, in the K order the sketch loads the keys in); a float64 emulation of
-the same arithmetic checks them against the shipped kernel. PREFETCH: the next tile's codes and scales are loaded
-into registers before the current tile is scored.
+the same arithmetic checks them against the shipped kernel. MODE 0 loads each tile's codes and scales when it scores
+it; 1 loads the next tile's into registers first; 2 keeps 3 tiles in flight through a cp.async ring in shared memory.
 """
 import json
 import sys
@@ -15,6 +15,7 @@ import sys
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 import hw
@@ -29,6 +30,14 @@ def _load_tile(cache_ptr, pid, page_stride, rows, gcol):
     codes = gl.load(base + rows[:, None] * 64 + gcol[None, :])
     sw = gl.load((base + 4096 + rows * 4).to(gl.pointer_type(gl.int32)))
     return codes, sw
+
+
+@gluon.jit
+def _issue_tile(kc, ks, cache_ptr, pid, page_stride, rows, gcol):
+    """cp.async of one tile's codes (each thread its own 4-byte chunks, in the A layout) and scale words."""
+    base = cache_ptr + pid.to(gl.int64) * page_stride
+    async_copy.async_copy_global_to_shared(kc, base + rows[:, None] * 64 + gcol[None, :])
+    async_copy.async_copy_global_to_shared(ks, (base + 4096 + rows * 4).to(gl.pointer_type(gl.int32)))
 
 
 @gluon.jit
@@ -52,7 +61,7 @@ def _score_tile(codes, sw, page, b, out_ptr, width, q1, q2, w, c, blk, rows_o, m
 
 @gluon.jit
 def sketch_kernel(cache_ptr, qop_ptr, w_ptr, c_ptr, bt_ptr, out_ptr, page_stride, max_pages, width,
-                  TILES: gl.constexpr, NUM_WARPS: gl.constexpr, PREFETCH: gl.constexpr):
+                  TILES: gl.constexpr, NUM_WARPS: gl.constexpr, MODE: gl.constexpr):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
                                                   instr_shape=[16, 32, 32])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
@@ -76,7 +85,31 @@ def sketch_kernel(cache_ptr, qop_ptr, w_ptr, c_ptr, bt_ptr, out_ptr, page_stride
     blk = (cols % 16) // 4
     rows_o = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
     bt_row = bt_ptr + b * max_pages + chunk * TILES
-    if PREFETCH:        # the next tile's codes and scales in flight while this one is scored
+    if MODE == 2:       # a cp.async ring of STAGES tiles; each thread reads back only what it copied
+        STAGES: gl.constexpr = 3
+        IDS: gl.constexpr = gl.BlockedLayout([TILES], [32], [NUM_WARPS], [0])
+        tt = gl.arange(0, TILES, layout=IDS)
+        ids = gl.load(bt_row + tt)
+        CS: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 1, [1, 0])
+        SS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        kc = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], CS)
+        ks = gl.allocate_shared_memory(gl.int32, [STAGES, 64], SS)
+        for p in gl.static_range(STAGES - 1):
+            if p < TILES:
+                _issue_tile(kc.index(p), ks.index(p), cache_ptr, gl.sum(gl.where(tt == p, ids, 0), 0), page_stride,
+                            rows, gcol)
+            async_copy.commit_group()
+        for t in range(TILES):
+            nt = t + STAGES - 1
+            if nt < TILES:
+                _issue_tile(kc.index(nt % STAGES), ks.index(nt % STAGES), cache_ptr,
+                            gl.sum(gl.where(tt == nt, ids, 0), 0), page_stride, rows, gcol)
+            async_copy.commit_group()
+            async_copy.wait_group(STAGES - 1)
+            codes = kc.index(t % STAGES).load(A)
+            sw = ks.index(t % STAGES).load(gl.SliceLayout(1, A))
+            _score_tile(codes, sw, chunk * TILES + t, b, out_ptr, width, q1, q2, w, c, blk, rows_o, mma)
+    elif MODE == 1:     # the next tile's codes and scales loaded into registers while this one is scored
         codes, sw = _load_tile(cache_ptr, gl.load(bt_row), page_stride, rows, gcol)
         pid_next = gl.load(bt_row + 1 % TILES)
         for t in range(TILES):
@@ -165,32 +198,32 @@ def emulate(inp, batch, context, page=64):
     return out
 
 
-def main(out_path, configs=((4, False), (8, False), (4, True), (8, True), (16, True))):
+def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8, 2), (16, 2))):
     from tools.cmd_bench import _copy_GBps, _graph_time_us
     batch, context = 64, 8192
     result = {"copy": _copy_GBps(20, 30)}
     sets = [build_inputs(batch, context, "cuda", seed) for seed in range(4)]
     outs = [torch.empty(batch, context, device="cuda") for _ in sets]
 
-    def sketch(i, tiles, prefetch):
+    def sketch(i, tiles, mode):
         inp = sets[i]
         return lambda: sketch_kernel[(batch, context // (64 * tiles))](
             inp["pool"], inp["qop"], inp["w_fold"], inp["c"], inp["bt"], outs[i], inp["page_stride"], inp["pages"],
-            context, TILES=tiles, NUM_WARPS=4, PREFETCH=prefetch, num_warps=4)
+            context, TILES=tiles, NUM_WARPS=4, MODE=mode, num_warps=4)
 
     ref = sets[0]["ref"]()
     emu = emulate(sets[0], 2, context)
     scale = ref.abs().max()
     result["emulation_vs_shipped_rows0_1"] = float((emu - ref[:2].double().cpu()).abs().max() / scale.double().cpu())
     result["shipped_mxfp4_us"] = _graph_time_us([s["ref"] for s in sets], inner=20, replays=30)
-    for tiles, prefetch in configs:
+    for tiles, mode in configs:
         outs[0].fill_(float("nan"))
-        sketch(0, tiles, prefetch)()
+        sketch(0, tiles, mode)()
         torch.cuda.synchronize()
-        name = f"sketch_tiles{tiles}{'_prefetch' if prefetch else ''}"
+        name = f"sketch_tiles{tiles}{('', '_prefetch', '_cp_async')[mode]}"
         result[name] = {"equal_to_shipped": bool(torch.equal(outs[0], ref)),
                         "max_abs_diff_over_max": float((outs[0] - ref).abs().max() / scale),
-                        "time_us": _graph_time_us([sketch(i, tiles, prefetch) for i in range(4)], inner=20,
+                        "time_us": _graph_time_us([sketch(i, tiles, mode) for i in range(4)], inner=20,
                                                   replays=30)}
         print(name, result[name])
     print(result)
