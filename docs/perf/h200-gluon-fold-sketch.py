@@ -7,7 +7,8 @@ shared-memory round trip; against the shipped `mxfp4_keys_m` on the same inputs,
 Not a kernel of the library: B64 / H32 / D128 / page 64 / full pages only, no masks, NaN or wide-span keys. The
 query operands are built on the host (folded, in the K order the sketch loads the keys in); a float64 emulation of
 the same arithmetic checks them against the shipped kernel. MODE 0 loads each tile's codes and scales when it scores
-it; 1 loads the next tile's into registers first; 2 keeps 3 tiles in flight through a cp.async ring in shared memory.
+it; 1 loads the next tile's into registers first; 2 keeps 3 tiles in flight through a cp.async ring in shared memory;
+3 loads two tiles, then scores both.
 """
 import json
 import sys
@@ -109,6 +110,12 @@ def sketch_kernel(cache_ptr, qop_ptr, w_ptr, c_ptr, bt_ptr, out_ptr, page_stride
             codes = kc.index(t % STAGES).load(A)
             sw = ks.index(t % STAGES).load(gl.SliceLayout(1, A))
             _score_tile(codes, sw, chunk * TILES + t, b, out_ptr, width, q1, q2, w, c, blk, rows_o, mma)
+    elif MODE == 3:     # two tiles loaded, then both scored: twice the bytes in flight per warp
+        for t in range(0, TILES, 2):
+            codes, sw = _load_tile(cache_ptr, gl.load(bt_row + t), page_stride, rows, gcol)
+            codes2, sw2 = _load_tile(cache_ptr, gl.load(bt_row + t + 1), page_stride, rows, gcol)
+            _score_tile(codes, sw, chunk * TILES + t, b, out_ptr, width, q1, q2, w, c, blk, rows_o, mma)
+            _score_tile(codes2, sw2, chunk * TILES + t + 1, b, out_ptr, width, q1, q2, w, c, blk, rows_o, mma)
     elif MODE == 1:     # the next tile's codes and scales loaded into registers while this one is scored
         codes, sw = _load_tile(cache_ptr, gl.load(bt_row), page_stride, rows, gcol)
         pid_next = gl.load(bt_row + 1 % TILES)
@@ -198,7 +205,7 @@ def emulate(inp, batch, context, page=64):
     return out
 
 
-def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8, 2), (16, 2))):
+def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8, 2), (16, 2), (4, 3), (8, 3))):
     from tools.cmd_bench import _copy_GBps, _graph_time_us
     batch, context = 64, 8192
     result = {"copy": _copy_GBps(20, 30)}
@@ -220,7 +227,7 @@ def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8,
         outs[0].fill_(float("nan"))
         sketch(0, tiles, mode)()
         torch.cuda.synchronize()
-        name = f"sketch_tiles{tiles}{('', '_prefetch', '_cp_async')[mode]}"
+        name = f"sketch_tiles{tiles}{('', '_prefetch', '_cp_async', '_pairs')[mode]}"
         result[name] = {"equal_to_shipped": bool(torch.equal(outs[0], ref)),
                         "max_abs_diff_over_max": float((outs[0] - ref).abs().max() / scale),
                         "time_us": _graph_time_us([sketch(i, tiles, mode) for i in range(4)], inner=20,
