@@ -21,8 +21,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 import hw
 from hw._logits_details.paged_keys_m import FOLD_BYTES_PTX
-
-FOLD = FOLD_BYTES_PTX     # the shipped kernel's conversion: 4 code bytes -> 2 words of e4m3 bytes
+from sim.formats import E2M1_VALUES
 
 
 @gluon.jit
@@ -50,7 +49,7 @@ def _score_tile(codes, sw, page, b, out_ptr, width, q1, q2, w, c, blk, rows_o, m
     smax = gl.maximum(gl.maximum(s0, s1), gl.maximum(s2, s3))
     sg = ((sw[:, None] >> (8 * blk[None, :])) & 0xFF)
     d8 = ((gl.maximum(sg - smax[:, None], -11) + 12) << 3).to(gl.uint8)
-    k1, k2 = gl.inline_asm_elementwise(FOLD, "=r,=r,r,r", [codes, d8], dtype=(gl.uint8, gl.uint8),
+    k1, k2 = gl.inline_asm_elementwise(FOLD_BYTES_PTX, "=r,=r,r,r", [codes, d8], dtype=(gl.uint8, gl.uint8),
                                        is_pure=True, pack=4)
     acc = gl.zeros([64, 32], gl.float32, layout=mma)
     acc = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), q1.permute((1, 0)), acc)
@@ -131,15 +130,10 @@ def sketch_kernel(cache_ptr, qop_ptr, w_ptr, c_ptr, bt_ptr, out_ptr, page_stride
             _score_tile(codes, sw, chunk * TILES + t, b, out_ptr, width, q1, q2, w, c, blk, rows_o, mma)
 
 
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
-
-
 def decode_codes(codes):
-    """uint8 [..., D/2] -> float64 [..., D] e2m1 values (element 2j low nibble)."""
-    lo, hi = codes & 0xF, codes >> 4
-    nib = torch.stack([lo, hi], -1).flatten(-2).long()
-    mag = E2M1.to(codes.device)[nib & 7]
-    return torch.where(nib >= 8, -mag, mag)
+    """uint8 [..., D/2] -> float64 [..., D] e2m1 values (element 2j low nibble), by sim's table of the format."""
+    nib = torch.stack([codes & 0xF, codes >> 4], -1).flatten(-2).long()
+    return torch.from_numpy(E2M1_VALUES).to(codes.device)[nib]
 
 
 def perm_index(D=128):
