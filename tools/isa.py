@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
 from hw.isa_spec import TARGETS, CompileSpec
 from hw.variants import load_specs
@@ -151,7 +152,8 @@ def compile_spec(spec: CompileSpec, target: str):
         options = {"num_warps": spec.num_warps}
         if spec.num_stages is not None:
             options["num_stages"] = spec.num_stages
-        source = ASTSource(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
+        kind = GluonASTSource if isinstance(spec.fn, GluonJITFunction) else ASTSource     # Gluon: layouts given
+        source = kind(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
         start = time.perf_counter()
         compiled = triton.compile(source, target=GPU_TARGETS[target], options=options)
         _COMPILED[key] = (compiled, time.perf_counter() - start)

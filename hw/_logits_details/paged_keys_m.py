@@ -435,12 +435,18 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
         page_off = tl.where(ok, page_id, 0).to(tl.int64) * page_stride
         return tl.zeros_like(t_page).to(tl.int64) + page_off, ok, tl.where(in_table & ~id_ok, page_id, 0)
     else:
-        page = first + t_page
-        in_table = (page < num_pages) & (page < max_pages)
-        page_id = tl.load(bt_row_ptr + page, mask=in_table, other=0, eviction_policy=KEEP_IN_L2)
-        id_ok = (page_id >= 0) & (page_id < num_cache_pages)
-        ok = in_table & id_ok
-        return tl.where(ok, page_id, 0).to(tl.int64) * page_stride, ok, tl.where(in_table & ~id_ok, page_id, 0)
+        return _page_offsets(bt_row_ptr, first + t_page, num_pages, max_pages, num_cache_pages, page_stride)
+
+
+@triton.jit
+def _page_offsets(bt_row_ptr, page, num_pages, max_pages, num_cache_pages, page_stride):
+    """_tile_pages elementwise over int32 page indices `page` of any shape and layout: (int64 page byte offsets,
+    page_ok, bad_id), each of page's shape."""
+    in_table = (page < num_pages) & (page < max_pages)
+    page_id = tl.load(bt_row_ptr + page, mask=in_table, other=0, eviction_policy=KEEP_IN_L2)
+    id_ok = (page_id >= 0) & (page_id < num_cache_pages)
+    ok = in_table & id_ok
+    return tl.where(ok, page_id, 0).to(tl.int64) * page_stride, ok, tl.where(in_table & ~id_ok, page_id, 0)
 
 
 @triton.jit
@@ -525,7 +531,7 @@ def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.
     contiguous and 4-byte aligned; the pipeliner can copy them asynchronously); else one byte load per block."""
     G: tl.constexpr = D // MX_BLOCK
     token = cache_ptr + page_off + mxfp4_scale_base(P, D) + mxfp4_scale_offset(t_in, 0, P, D, TILED)
-    sw = tl.zeros(t_in.shape, tl.int64)
+    sw = (t_in * 0).to(tl.int64)       # zeros in t_in's layout (the Hopper kernel's too)
     if TILED or (D // (WORD_BYTES * MX_BLOCK)) * (WORD_BYTES * MX_BLOCK) != D:
         for g in tl.static_range(G):
             byte = tl.load(token + g * mxfp4_scale_block_stride(P, TILED), mask=k_ok, other=E8M0_NAN)

@@ -9,6 +9,7 @@ than the fold's exact range, which the kernel must score through its exact fallb
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -21,6 +22,8 @@ import triton.language as tl
 
 import sim.layout
 from hw._logits_details import paged_keys_m as km
+from hw._logits_details import paged_keys_m_wgmma as wgmma
+from hw._logits_details.calls import DecodeCall
 from hw.targets import Op, Target, target_of
 from hw.testing import host_to_device, pair_as_torch, torch_cache_view
 from hw.variants import variants
@@ -36,6 +39,7 @@ SENTINELS = (-1, 2**31 - 1, 1 << 20)   # written into block-table entries no row
 STRIDE_PAD = 48                        # page stride = page bytes rounded to 16, plus this
 VIEW_OFFSET = 32
 UNTOUCHED = 12345.0                    # the output's fill: invisible entries must keep it
+WGMMA = "wgmma"                        # beside paged_keys_m's paths: the Hopper kernel (paged_keys_m_wgmma)
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,49 @@ CASES = [
 ]
 
 
-def runs(kv_dtype: str, device) -> list[tuple[Target, str | None]]:
-    """(target, path) pairs a case runs: the device's target on every path that runs there (FP8: one)."""
+def runs(case: Case, device) -> list[tuple[Target, str | None]]:
+    """(target, path) pairs a case runs: the device's target on every path that runs there (FP8: one), and
+    WGMMA where paged_keys_m_wgmma covers the case."""
     target = target_of(device, km.paged_keys_m_kernel)
-    if kv_dtype == "fp8":
+    if case.kv_dtype == "fp8":
         return [(target, None)]
-    return [(target, path) for path in km.PATHS if target in km.PATH_TARGETS[path]]
+    pairs = [(target, path) for path in km.PATHS if target in km.PATH_TARGETS[path]]
+    if target is Target.NVIDIA and wgmma.covers(case.head_dim, case.next_n, case.heads, device):
+        pairs.append((target, WGMMA))
+    return pairs
+
+
+def launch(path: str | None, q_v, q_s, kv_cache, weights, ctx, block_table, out, *, target: Target,
+           tokens_per_program: int | None = None, **shapes) -> None:
+    """km.launch_paged_keys_m on `path` (tokens_per_program: its settings override), or with path WGMMA the Hopper
+    kernel on the same arguments (tokens_per_program: its tiles, rounded up to the even count it takes)."""
+    if path != WGMMA:
+        settings = km.keys_m_settings(target, shapes["kv_dtype"], shapes["num_heads"], shapes["next_n"],
+                                      shapes["page_size"], path=path, tokens_per_program=tokens_per_program)
+        km.launch_paged_keys_m(q_v, q_s, kv_cache, weights, ctx, block_table, out, target=target, path=path,
+                               settings=settings, **shapes)
+        return
+    call = DecodeCall(q_v=q_v, q_s=q_s, kv_cache=kv_cache, weights=weights, context_lens=ctx,
+                      block_table=block_table, schedule=None, out=out, page_size=shapes["page_size"],
+                      page_stride=shapes["page_stride"], tiled=shapes["tiled"], next_n=shapes["next_n"],
+                      num_heads=shapes["num_heads"], head_dim=shapes["head_dim"], cap=shapes["cap"],
+                      num_cache_pages=shapes["num_cache_pages"])
+    settings = wgmma.wgmma_settings(call)
+    assert settings.fallback is None
+    if tokens_per_program is not None:
+        tiles = -(-tokens_per_program // wgmma.KEYS.value)
+        settings = dataclasses.replace(settings, tiles=max(wgmma.MIN_TILES, tiles + tiles % 2))
+    wgmma.launch(call, settings)
+
+
+def wgmma_param():
+    """The WGMMA path as a test parameter: GPU only, skipped where the device is not sm_90."""
+    return pytest.param(WGMMA, marks=pytest.mark.gpu)
+
+
+def skip_unless_covered(path: str, device, head_dim: int, next_n: int, heads: int) -> None:
+    if path == WGMMA and not wgmma.covers(head_dim, next_n, heads, device):
+        pytest.skip(f"paged_keys_m_wgmma does not run on {torch.cuda.get_device_name(device)}")
 
 
 def poison_key(kv_dtype: str, values: np.ndarray, scales: np.ndarray, token: int) -> None:
@@ -179,17 +220,13 @@ def run_case(case: Case, target: Target, path: str | None, device):
     rows = len(case.contexts) * case.next_n
     ctx = torch.tensor(case.contexts, dtype=torch.int32, device=device)
     out = torch.full((rows, case.max_context_len), UNTOUCHED, dtype=torch.float32, device=device)
-    km.launch_paged_keys_m(q_v, q_s, torch_cache_view(host_to_device(pool, device), geom), w_t, ctx,
-                           torch.from_numpy(block_table).to(device), out,
-                           cap=case.max_context_len, page_stride=geom.page_stride, num_cache_pages=geom.num_pages,
-                           next_n=case.next_n, num_heads=case.heads,
-                           head_dim=case.head_dim, page_size=case.page_size, kv_dtype=case.kv_dtype,
-                           tiled=case.layout == "mxfp4_tiled", target=target, path=path,
-                           settings=km.keys_m_settings(target, case.kv_dtype, case.heads, case.next_n,
-                                                       case.page_size, path=path,
-                                                       tokens_per_program=case.tokens_per_program))
+    launch(path, q_v, q_s, torch_cache_view(host_to_device(pool, device), geom), w_t, ctx,
+           torch.from_numpy(block_table).to(device), out, target=target, tokens_per_program=case.tokens_per_program,
+           cap=case.max_context_len, page_stride=geom.page_stride, num_cache_pages=geom.num_pages,
+           next_n=case.next_n, num_heads=case.heads, head_dim=case.head_dim, page_size=case.page_size,
+           kv_dtype=case.kv_dtype, tiled=case.layout == "mxfp4_tiled")
     args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
-    n, u = km.declared_precision(case.kv_dtype, case.head_dim, target, path)
+    n, u = km.declared_precision(case.kv_dtype, case.head_dim, target, "fold" if path == WGMMA else path)
     ref = scorer.decode_logits(*args, clean_logits=True)
     bound = scorer.decode_error_bound(*args, n_roundings=n, u=u)
     columns = scorer.decode_columns(np.array(case.contexts, dtype=np.int32), case.next_n, case.max_context_len)
@@ -198,7 +235,7 @@ def run_case(case: Case, target: Target, path: str | None, device):
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_matches_reference(case: Case, device):
-    for target, path in runs(case.kv_dtype, device):
+    for target, path in runs(case, device):
         out, ref, bound, visible = run_case(case, target, path, device)
         result = scorer.check_logits(out, ref, bound, visible=visible)
         assert result.ok, f"{path}: {result.describe()}"
@@ -219,12 +256,14 @@ FOLD_LOOP_CASES = [Case("mxfp4", 128, 16, 2, 1, (70, 33), 80, 5, nan_token=(1, 3
                    Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128)]
 
 
+@pytest.mark.parametrize("path", ["fold", wgmma_param()])
 @pytest.mark.parametrize("case", FOLD_LOOP_CASES, ids=str)
-def test_fold_loop_wide_keys_match_reference(case: Case, device):
+def test_fold_loop_wide_keys_match_reference(case: Case, path, device):
     """The fold loop (split K order, per-column scale select, wide keys stored then overwritten by the exact pass)
     writes every visible entry within the declared bound, and nothing else."""
+    skip_unless_covered(path, device, case.head_dim, case.next_n, case.heads)
     target = target_of(device, km.paged_keys_m_kernel)
-    out, ref, bound, visible = run_case(case, target, "fold", device)
+    out, ref, bound, visible = run_case(case, target, path, device)
     result = scorer.check_logits(out, ref, bound, visible=visible)
     assert result.ok, result.describe()
     assert (out[~visible] == UNTOUCHED).all()
@@ -237,12 +276,14 @@ def test_cases_exercise_the_fallback():
     assert any(c.wide_query for c in CASES)
 
 
+@pytest.mark.parametrize("path", ["fold", wgmma_param()])
 @pytest.mark.parametrize("layout", ["mxfp4", "mxfp4_tiled"])
-def test_wide_key_is_scored_exactly(layout, device):
+def test_wide_key_is_scored_exactly(layout, path, device):
     """D = 128, H = 1, one key: q all 1.0; the key has 1.0 at element 0 (the rest of block 0 zero) and 2^-26 in
     all 96 elements of blocks 1..3 (block scales 26 binades apart): q.k = 1 + 96 * 2^-26. One fp32 sum of the D
     products would give 1.0; the exact fallback adds exact block sums and returns q.k exactly."""
     D, P, tiny = 128, 16, -26
+    skip_unless_covered(path, device, D, 1, 1)
     one_both_nibbles = 0x22                                       # e2m1 code 2 = 1.0 in the low and high nibble
     q_codes = np.full((1, 1, 1, D // 2), one_both_nibbles, np.uint8)
     q_scales = np.full((1, 1, 1, D // 32), E8M0_BIAS, np.uint8)
@@ -254,23 +295,24 @@ def test_wide_key_is_scored_exactly(layout, device):
     pool = sim.layout.new_pool(geom, fill=0xFF)
     sim.layout.write_tokens(pool, geom, np.array([P]), k_codes, k_scales)     # page 1, slot 0
     out = torch.full((1, 1), UNTOUCHED, device=device)
-    km.launch_paged_keys_m(torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
-                           torch_cache_view(host_to_device(pool, device), geom), torch.ones((1, 1), device=device),
-                           torch.ones(1, dtype=torch.int32, device=device),
-                           torch.tensor([[1, SENTINELS[0]]], dtype=torch.int32, device=device), out,
-                           cap=1, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1,
-                           num_heads=1, head_dim=D, page_size=P,
-                           kv_dtype="mxfp4", tiled=layout == "mxfp4_tiled",
-                           target=target_of(device, km.paged_keys_m_kernel), path="fold")
+    launch(path, torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
+           torch_cache_view(host_to_device(pool, device), geom), torch.ones((1, 1), device=device),
+           torch.ones(1, dtype=torch.int32, device=device),
+           torch.tensor([[1, SENTINELS[0]]], dtype=torch.int32, device=device), out,
+           cap=1, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1, num_heads=1, head_dim=D,
+           page_size=P, kv_dtype="mxfp4", tiled=layout == "mxfp4_tiled",
+           target=target_of(device, km.paged_keys_m_kernel))
     assert float(out[0, 0]) == 1 + 96 * 2.0 ** tiny
 
 
+@pytest.mark.parametrize("path", ["fold", wgmma_param()])
 @pytest.mark.parametrize("layout", ["mxfp4", "mxfp4_tiled"])
-def test_wide_key_leaves_its_tile_mates_alone(layout, device):
+def test_wide_key_leaves_its_tile_mates_alone(layout, path, device):
     """A key's logit depends on that key only, not on its tile-mates: with one key of a 64-key tile made wide
     (block scales 30 binades apart: the exact pass scores it), every other key's logit is bit-identical to the
     run without it (the context-parallel hook relies on it: a rank's tiles hold other keys than one GPU's)."""
     D, P, H, ctx = 128, 16, 4, 64
+    skip_unless_covered(path, device, D, 1, H)
     rng = np.random.default_rng(3)
     k_codes = rng.integers(0, 256, (ctx, D // 2), dtype=np.uint8)
     # block scales 11 binades apart (the widest the fold takes): one fp32 sum of the products rounds away low
@@ -290,22 +332,24 @@ def test_wide_key_leaves_its_tile_mates_alone(layout, device):
         pool = sim.layout.new_pool(geom, fill=0xFF)
         sim.layout.write_tokens(pool, geom, np.arange(ctx), k_codes, scales)
         out = torch.full((1, ctx), UNTOUCHED, device=device)
-        km.launch_paged_keys_m(torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
-                               torch_cache_view(host_to_device(pool, device), geom), weights,
-                               torch.full((1,), ctx, dtype=torch.int32, device=device),
-                               torch.arange(ctx // P, dtype=torch.int32, device=device)[None, :], out,
-                               cap=ctx, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1,
-                               num_heads=H, head_dim=D, page_size=P, kv_dtype="mxfp4",
-                               tiled=layout == "mxfp4_tiled", target=target_of(device, km.paged_keys_m_kernel),
-                               path="fold")
+        launch(path, torch.from_numpy(q_codes).to(device), torch.from_numpy(q_scales).to(device),
+               torch_cache_view(host_to_device(pool, device), geom), weights,
+               torch.full((1,), ctx, dtype=torch.int32, device=device),
+               torch.arange(ctx // P, dtype=torch.int32, device=device)[None, :], out,
+               cap=ctx, page_stride=geom.page_stride, num_cache_pages=geom.num_pages, next_n=1, num_heads=H,
+               head_dim=D, page_size=P, kv_dtype="mxfp4", tiled=layout == "mxfp4_tiled",
+               target=target_of(device, km.paged_keys_m_kernel))
         outs.append(out.cpu().numpy())
     others = np.arange(ctx) != 37
     assert np.array_equal(outs[0][:, others].view(np.uint32), outs[1][:, others].view(np.uint32))
     assert outs[0][0, 37] != outs[1][0, 37]
 
 
-@pytest.mark.parametrize("kv_dtype,layout", [("fp8", None), ("mxfp4", None), ("mxfp4", "mxfp4_tiled")])
-def test_pages_past_4_6_gb(kv_dtype, layout, device):
+@pytest.mark.parametrize("kv_dtype,layout,path", [("fp8", None, None), ("mxfp4", None, "fold"),
+                                                  ("mxfp4", "mxfp4_tiled", "fold"),
+                                                  pytest.param("mxfp4", None, WGMMA, marks=pytest.mark.gpu),
+                                                  pytest.param("mxfp4", "mxfp4_tiled", WGMMA, marks=pytest.mark.gpu)])
+def test_pages_past_4_6_gb(kv_dtype, layout, path, device):
     """Pages whose bytes lie past 2^31, 2^32 and 4,608,000,000 bytes of the view (DESIGN §3): the 64-bit rebase.
     On the CPU the pool is lazily committed np.zeros (tools.difftest.build_large_pool)."""
     env = difftest.make_env(device.type)
@@ -318,16 +362,16 @@ def test_pages_past_4_6_gb(kv_dtype, layout, device):
     q_v, q_s = pair_as_torch(kv_dtype, values, scales, device)
     w = w.reshape(batch, heads)
     ctx = np.full(batch, large.tokens, np.int32)
+    skip_unless_covered(path, device, D, 1, heads)
     out = torch.full((batch, P), UNTOUCHED, device=device)
     target = target_of(device, km.paged_keys_m_kernel)
-    km.launch_paged_keys_m(q_v.view(torch.uint8), q_s, torch_cache_view(large.pool_t, large.geom),
-                           torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
-                           torch.from_numpy(large.block_table).to(device), out, cap=P,
-                           page_stride=large.geom.page_stride, num_cache_pages=large.geom.num_pages, next_n=1,
-                           num_heads=heads, head_dim=D, page_size=P,
-                           kv_dtype=kv_dtype, tiled=layout == "mxfp4_tiled", target=target)
+    launch(path, q_v.view(torch.uint8), q_s, torch_cache_view(large.pool_t, large.geom),
+           torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
+           torch.from_numpy(large.block_table).to(device), out, target=target, cap=P,
+           page_stride=large.geom.page_stride, num_cache_pages=large.geom.num_pages, next_n=1, num_heads=heads,
+           head_dim=D, page_size=P, kv_dtype=kv_dtype, tiled=layout == "mxfp4_tiled")
     args = (q64, large.sim_pool, large.geom, w, ctx, large.block_table, P)
-    n, u = km.declared_precision(kv_dtype, D, target)
+    n, u = km.declared_precision(kv_dtype, D, target, "fold" if path == WGMMA else path)
     visible = scorer.visible_mask(ctx, P)
     result = scorer.assert_logits_within_bound(out.cpu().numpy(), scorer.decode_logits(*args),
                                                scorer.decode_error_bound(*args, n_roundings=n, u=u), visible=visible)
@@ -572,3 +616,19 @@ def test_launcher_rejects_unknown_names():
         km.launch_paged_keys_m(*args, **kw, kv_dtype="fp8", target="sm90")
     with pytest.raises(ValueError, match="path"):
         km.launch_paged_keys_m(*args, **kw, kv_dtype="mxfp4", target=Target.NVIDIA, path="dot_scaled")
+
+
+def test_wgmma_kernel_cross_compiles():
+    """Under the installed triton the Gluon kernel compiles for sm_90 at every shape it reports (`mxidx isa`,
+    the error flag and 2-D context lengths included): FP8 wgmma of N = N_PAD * H_PAD, no stack frame or spills,
+    at least 2 programs per SM."""
+    from tools import isa
+
+    kernels, missing = isa.report("sm90", kernel="paged_keys_m_wgmma")
+    assert missing == () and len(kernels) == len(wgmma.ISA_SHAPES), (kernels, missing)
+    for k, (_, _, _, next_n, heads, _) in zip(sorted(kernels, key=lambda k: k.label), sorted(
+            wgmma.ISA_SHAPES, key=lambda s: wgmma.isa_spec(*s[:5], **s[5]).label)):
+        columns = triton.next_power_of_2(next_n) * max(triton.next_power_of_2(heads), 16 // next_n)
+        assert not k.failures and k.scratch_bytes == 0, k
+        assert [op for op, _ in k.matrix_ops] == [f"wgmma.mma_async.sync.aligned.m64n{columns}k32.f32.e4m3.e4m3"], k
+        assert k.occupancy // k.num_warps >= 2, k

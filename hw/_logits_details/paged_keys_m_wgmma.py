@@ -1,0 +1,384 @@
+"""The MXFP4 paged decode scorer on Hopper (sm_90) in Gluon: paged_keys_m's "fold" arithmetic, with the key codes
+loaded straight into the registers of the wgmma A operand.
+
+Same contract, arithmetic and declared precision as paged_keys_m's fold path (its module docstring: keys on the MMA's
+M axis, query rows on N, e2m1 folded with its block scale relative to the token's largest into exact e4m3 by
+FOLD_BYTES_PTX, the key's power-of-two factor after the head sum, the exact pass for keys or query rows whose block
+scales span more than FOLD_SPAN binades, NaN for E8M0 255 and for keys on pages that are not ok). What differs is
+where the codes go: `tl` cannot choose the layout of a load, so the `tl` kernel's folded bytes reach the MMA operand
+through shared memory (stores, a barrier, ldmatrix per tile). Here every thread loads exactly the code bytes of the
+operand registers it owns.
+
+The K order. With 8-bit operands (k_width 4) thread j = (lane % 4) of a row's quad holds the operand columns
+16m + 4j + i (i < 4, m < C/16) of its rows, C = D/2. Column c of both operands reads code byte
+
+    kperm(c) = (C/4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4
+
+so a thread holds C/4 consecutive code bytes of each of its keys (D = 128: one whole 32-element block, one fold
+table). FOLD_BYTES_PTX turns code byte kperm(c)'s word a = kperm(c) // 4 into e4m3 bytes of elements 8a + c % 4
+(operand 1, column c) and 8a + 4 + c % 4 (operand 2, column c); the query operands are folded from the same bytes in
+the same order, so q . k is the sum of two K = C wgmma, as in the `tl` kernel's split order.
+
+Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds its page (tok // P) and rebases in
+64 bits. A program scores TILES (even) consecutive tiles, two at a time: both tiles' loads are issued before the
+first is scored. The exact pass runs after the loop, as in the `tl` kernel, with the other blocks of the key operand
+zeroed per block (the operand registers of a column belong to one block), so one block's 32 products per pair of
+wgmma.
+
+Coverage (covers()): sm_90 devices, D in 64 / 128 / 256 (D = 32 is below one FP8 wgmma's K), N_PAD * H_PAD <= 128
+query columns, both layouts. Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the
+kernel is checked by cross-compilation on the CPU and by the GPU tests.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from .._error_flag import INT32_MAX
+from .._pdl import grid_dependency_sync, pdl_launch
+from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
+from ..isa_spec import CompileSpec
+from ..targets import Op, Target, Variant, sm_count
+from . import paged_keys_m as km
+from .calls import DecodeCall
+from .paged_keys_m import (
+    E8M0_NAN,
+    E8M0_ONE,
+    EXACT_REL,
+    EXACT_RESCALE,
+    FOLD_KEY_BIAS,
+    FOLD_SPAN,
+    KEEP_IN_L2,
+    MAX_TILES,
+    _bit_or,
+    _e8m0_to_f32,
+    _exp2_int,
+    _fold_bytes_ptx,
+    _mx_key_scale_words,
+    _page_offsets,
+    _report_pages,
+    _scale_byte,
+    _scale_max_min,
+    _table_byte,
+    _visible,
+)
+
+KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
+NUM_WARPS = 4                       # one warpgroup
+HEAD_DIMS = (64, 128, 256)          # D / 2 code bytes per key = the K of each operand, a multiple of 32
+#: N_PAD * H_PAD: the exact pass holds two fp32 [64, N_PAD * H_PAD] tiles, which spill at 128 query columns
+MAX_QUERY_COLUMNS = 64
+CAPABILITY = (9, 0)                 # wgmma
+#: 64-key tiles per program: 4 (256 keys) unless fewer programs than WAVE_PROGRAMS_PER_SM per SM would result
+TILES = 4
+MIN_TILES = 2
+WAVE_PROGRAMS_PER_SM = 8
+_CTA_BARRIER = getattr(gl, "barrier", None) or gl.thread_barrier     # renamed in triton 3.9
+
+
+@gluon.jit
+def _kperm(c, C: gl.constexpr):
+    """Operand column c -> the code byte it reads (module docstring)."""
+    return (C // 4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4
+
+
+@gluon.jit
+def _kperm_block(c, C: gl.constexpr):
+    """The MX block of the code byte _kperm(c): _kperm(c) // 16 without the c % 4 term, which never crosses one."""
+    return ((C // 4) * ((c % 16) // 4) + 4 * (c // 16)) // TILE_BYTES
+
+
+@gluon.jit
+def _key_tile(cache_ptr, bt_row, tile, rows, kcol, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
+              P: gl.constexpr, D: gl.constexpr, TILED: gl.constexpr, HAS_FLAG: gl.constexpr):
+    """Tile `tile` of a sequence: (uint8 [KEYS, D/2] code bytes in the A operand's layout and K order, the keys'
+    packed block scales (_mx_key_scale_words; int32 for D <= 128), met with the tile's bad page ids). Keys at or
+    past vis_max or on a page that is not ok are not read: codes 0, scales 255 (NaN)."""
+    tok = tile * KEYS + rows
+    page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages, page_stride)
+    t_in = tok % P
+    k_ok = tok < gl.where(page_ok, vis_max, 0)
+    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, kcol, P, D, TILED),
+                    mask=k_ok[:, None], other=0)
+    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+    if D // MX_BLOCK <= 4:
+        sw = sw.to(gl.int32)
+    if HAS_FLAG:
+        met = gl.where(bad_id != 0, bad_id, met)
+    return codes, sw, met
+
+
+@gluon.jit
+def _store_logits(out_ptr, contrib, factor, tok, b, col_n, vis_col, stride_out_r, N: gl.constexpr,
+                  N_PAD: gl.constexpr):
+    """out[b*N + n, tok] = factor * sum of the tile's fp32 [KEYS, N_PAD * H_PAD] head terms `contrib` over the
+    columns of n, for tok < visible(b, n)."""
+    for n in gl.static_range(N):
+        if N_PAD == 1:
+            logit = gl.sum(contrib, axis=1)
+            limit = gl.max(vis_col, axis=0)
+        else:
+            logit = gl.sum(gl.where(col_n[None, :] == n, contrib, 0.0), axis=1)
+            limit = gl.max(gl.where(col_n == n, vis_col, 0), axis=0)
+        gl.store(out_ptr + (b * N + n) * stride_out_r + tok, logit * factor, mask=tok < limit)
+
+
+@gluon.jit
+def _relu_terms(acc, w):
+    """w * relu(acc), relu keeping NaN."""
+    return gl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :]
+
+
+@gluon.jit
+def _fold_tile(codes, sw, blk, c, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr):
+    """The fold path of one tile: (fp32 [KEYS, NH] head terms, key factor 2^(skmax + c - 266) or NaN [KEYS] in the
+    MMA's row layout, int32 [KEYS] 1 where the key's block scales are wide)."""
+    sk_max, sk_min = _scale_max_min(sw, G)
+    rel = gl.maximum(_scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
+    k1, k2 = _fold_bytes_ptx(codes, _table_byte(rel))
+    acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
+    acc = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qop1.permute((1, 0)), acc)
+    acc = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qop2.permute((1, 0)), acc)
+    k_nan = sk_max == E8M0_NAN
+    factor = gl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+    wide = (~k_nan & (sk_max - sk_min > FOLD_SPAN)).to(gl.int32)
+    return _relu_terms(acc, w_fold), gl.convert_layout(factor, gl.SliceLayout(1, mma)), wide
+
+
+@gluon.jit
+def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma: gl.constexpr, G: gl.constexpr,
+                NH: gl.constexpr, C: gl.constexpr):
+    """The exact pass of one tile (paged_keys_m's _mx_exact_scores, blocks selected in the key operand): fp32
+    [KEYS, NH] head terms."""
+    d8 = _table_byte(gl.full([KEYS, C], EXACT_REL, gl.int32, layout=codes.type.layout))
+    acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
+    for g in range(0, G):           # not unrolled: the rare path keeps registers low
+        k1, k2 = _fold_bytes_ptx(gl.where(blk[None, :] == g, codes, 0), d8)      # code 0 folds to +0
+        part = gl.zeros([KEYS, NH], gl.float32, layout=mma)
+        part = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qe1.permute((1, 0)), part)
+        part = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qe2.permute((1, 0)), part)
+        k_scale = gl.convert_layout(_e8m0_to_f32(_scale_byte(sw, g)), gl.SliceLayout(1, mma))
+        q_scale = _e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g).to(gl.int32))
+        # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
+        acc += (part * EXACT_RESCALE) * (k_scale[:, None] * q_scale[None, :])
+    return _relu_terms(acc, w)
+
+
+@gluon.jit
+def _query_operand(q_v_ptr, q_row_v, q_ok, rel, qk, layout: gl.constexpr):
+    """Two NVMMA-shared fp8 [NH, C] query operands: the rows' codes in the K order folded at `rel` ([NH, C])."""
+    codes = gl.load(q_v_ptr + q_row_v[:, None] + qk[None, :], mask=q_ok[:, None], other=0,
+                    eviction_policy=KEEP_IN_L2)
+    q1, q2 = _fold_bytes_ptx(codes, _table_byte(rel))
+    op1 = gl.allocate_shared_memory(gl.float8e4nv, q1.shape, layout, q1.to(gl.float8e4nv, bitcast=True))
+    op2 = gl.allocate_shared_memory(gl.float8e4nv, q2.shape, layout, q2.to(gl.float8e4nv, bitcast=True))
+    fence_async_shared()
+    return op1, op2
+
+
+@gluon.jit
+def paged_keys_m_wgmma_kernel(
+    q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr, flag_ptr,
+    cap, page_stride, max_pages, num_cache_pages,
+    stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
+    stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
+    N: gl.constexpr, N_PAD: gl.constexpr, H: gl.constexpr, H_PAD: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
+    TILES: gl.constexpr, TILED: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr,
+):
+    """paged_keys_m_kernel's arguments for MXFP4 (its docstring), one warpgroup. Grid (B, cdiv(cdiv(cap, 64),
+    TILES)); program (b, c) scores tiles c * TILES .. of sequence b."""
+    gl.static_assert(TILES % 2 == 0, "tiles are scored in pairs")
+    gl.static_assert(TILES <= MAX_TILES)
+    gl.static_assert(D % (2 * 32) == 0, "each operand's K = D/2 must be a multiple of the FP8 wgmma's 32")
+    NH: gl.constexpr = N_PAD * H_PAD
+    C: gl.constexpr = D // 2
+    G: gl.constexpr = D // MX_BLOCK
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NH, 32])
+    A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+    QC: gl.constexpr = C // 4 if C // 4 < 32 else 32           # threads along a query row's bytes
+    QL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // QC, QC], [4, 1], [1, 0])
+    QS: gl.constexpr = gl.NVMMASharedLayout.get_default_for([NH, C], gl.float8e4nv)
+    COL: gl.constexpr = gl.SliceLayout(0, mma)
+
+    grid_dependency_sync(PDL)
+    b = gl.program_id(0).to(gl.int64)
+    chunk = gl.program_id(1)
+    col = gl.arange(0, NH, layout=COL)                          # query column: (n, h) = (col // H_PAD, col % H_PAD)
+    col_n = col // H_PAD
+    col_ok = (col_n < N) & (col % H_PAD < H)
+    vis_col = _visible(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
+    vis_max = gl.max(vis_col, axis=0)
+    first = chunk * TILES
+    num_tiles = gl.minimum(gl.cdiv(vis_max, KEYS) - first, TILES)
+    if num_tiles > 0:
+        num_pages = vis_max // P + (vis_max % P != 0).to(gl.int32)
+        bt_row = bt_ptr + b * stride_bt_b
+        w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
+                    eviction_policy=KEEP_IN_L2)
+        q_col_s = b * stride_qs_b + col_n * stride_qs_n + (col % H_PAD) * stride_qs_h
+
+        # the query rows in QL: codes in the K order, each byte's block scale
+        qr = gl.arange(0, NH, layout=gl.SliceLayout(1, QL))
+        qk = _kperm(gl.arange(0, C, layout=gl.SliceLayout(0, QL)), C)
+        q_ok = (qr // H_PAD < N) & (qr % H_PAD < H)
+        q_row_v = b * stride_qv_b + (qr // H_PAD) * stride_qv_n + (qr % H_PAD) * stride_qv_h
+        q_row_s = b * stride_qs_b + (qr // H_PAD) * stride_qs_n + (qr % H_PAD) * stride_qs_h
+        qs = gl.load(q_s_ptr + q_row_s[:, None] + (qk // TILE_BYTES)[None, :], mask=q_ok[:, None], other=E8M0_ONE,
+                     eviction_policy=KEEP_IN_L2).to(gl.int32)
+        sq_max = gl.max(qs, axis=1)
+        q_nan = sq_max == E8M0_NAN
+        q_wide = gl.max((q_ok & ~q_nan & (sq_max - gl.min(qs, axis=1) > FOLD_SPAN)).to(gl.int32), axis=0) > 0
+        c = gl.max(gl.where(q_ok & ~q_nan, sq_max, 0), axis=0)
+        sq_max_col = gl.convert_layout(sq_max, COL)
+        w_fold = gl.where(sq_max_col == E8M0_NAN, float("nan"), w * _exp2_int(sq_max_col - c))
+        qop1, qop2 = _query_operand(q_v_ptr, q_row_v, q_ok, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), qk, QS)
+
+        rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, A))
+        kc = gl.arange(0, C, layout=gl.SliceLayout(0, A))
+        kcol = gl.max_contiguous(gl.multiple_of(_kperm(kc, C), 4), 4)
+        blk = _kperm_block(kc, C)
+        tok_o = gl.arange(0, KEYS, layout=gl.SliceLayout(1, mma))
+        met = rows * 0                                  # HAS_FLAG: an out-of-range page id met by the key's lane
+        wide_keys = rows * 0                            # bit i: the key of tile first + i is wide
+        for i in range(0, gl.where(q_wide, 0, num_tiles), 2):
+            # both tiles' loads first (tile i + 1 < first + TILES: past num_tiles its keys lie past vis_max)
+            codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
+                                         num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+            codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, kcol, num_pages, max_pages,
+                                         num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+            terms, factor, wide0 = _fold_tile(codes0, sw0, blk, c, qop1, qop2, w_fold, mma, G, NH)
+            _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
+                          N, N_PAD)
+            terms, factor, wide1 = _fold_tile(codes1, sw1, blk, c, qop1, qop2, w_fold, mma, G, NH)
+            _store_logits(out_ptr, terms, factor, (first + i + 1) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
+                          N, N_PAD)
+            wide_keys = wide_keys | (wide0 << i) | (wide1 << (i + 1))
+        wide_tiles = gl.reduce(wide_keys, 0, _bit_or)
+
+        # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one
+        if q_wide | (wide_tiles != 0):
+            _CTA_BARRIER()          # the fold loop's stores of this program land before the exact pass's
+            qe1, qe2 = _query_operand(q_v_ptr, q_row_v, q_ok, gl.full([NH, C], EXACT_REL, gl.int32, layout=QL),
+                                      qk, QS)
+            for i in range(0, num_tiles):
+                if q_wide | (((wide_tiles >> i) & 1) != 0):
+                    codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
+                                               num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+                    sk_max, sk_min = _scale_max_min(sw, G)
+                    redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
+                    redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
+                    terms = _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma, G, NH, C)
+                    # keys not redone keep the fold loop's logits (a bad page's: NaN)
+                    tok = (first + i) * KEYS + tok_o
+                    _store_logits(out_ptr, terms, 1.0, gl.where(redo, tok, INT32_MAX), b, col_n, vis_col, stride_out_r,
+                                  N, N_PAD)
+        if HAS_FLAG:
+            _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
+
+
+# ============================================================================================ launcher
+@dataclasses.dataclass(frozen=True)
+class WgmmaSettings:
+    """Constexprs and launch options of paged_keys_m_wgmma_kernel; `fallback`: the `tl` fold kernel's settings
+    where this kernel does not cover the call (covers()), else None."""
+
+    n_pad: int
+    h_pad: int
+    tiles: int          # 64-key tiles per program, even
+    pdl: bool
+    fallback: km.KeysMSettings | None = None
+
+
+def covers(head_dim: int, next_n: int, num_heads: int, device) -> bool:
+    """Whether this kernel runs the call: an sm_90 CUDA device, D in HEAD_DIMS, at most MAX_QUERY_COLUMNS padded
+    query columns."""
+    n_pad, h_pad = _padded(next_n, num_heads)
+    device = torch.device(device)
+    return (head_dim in HEAD_DIMS and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
+            and not torch.version.hip and torch.cuda.get_device_capability(device) == CAPABILITY)
+
+
+def _padded(next_n: int, num_heads: int) -> tuple[int, int]:
+    s = km.keys_m_settings(Target.NVIDIA, "mxfp4", num_heads, next_n, 64, tokens_per_program=KEYS.value)
+    return s.n_pad, s.h_pad
+
+
+def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
+    """The settings of `call` (a call of shapes only, without tensors, gets this kernel's)."""
+    n_pad, h_pad = _padded(call.next_n, call.num_heads)
+    out = getattr(call, "out", None)
+    if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, out.device):
+        grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
+        return WgmmaSettings(n_pad, h_pad, TILES, True, km.keys_m_settings(
+            Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
+    tiles = TILES
+    if out is not None:
+        programs = call.q_v.shape[0] * triton.cdiv(triton.cdiv(call.cap, KEYS.value), TILES)
+        if programs < WAVE_PROGRAMS_PER_SM * sm_count(out.device):
+            tiles = MIN_TILES
+    return WgmmaSettings(n_pad, h_pad, tiles, True)
+
+
+def launch(c: DecodeCall, s: WgmmaSettings) -> None:
+    """launch_paged_keys_m's contract for MXFP4 (its docstring); the `tl` fold kernel where s.fallback is set."""
+    if s.fallback is not None:
+        km.launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out,
+                               cap=c.cap, page_stride=c.page_stride, num_cache_pages=c.num_cache_pages,
+                               next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim, page_size=c.page_size,
+                               kv_dtype="mxfp4", tiled=c.tiled, target=Target.NVIDIA, path="fold",
+                               settings=s.fallback, error_flag=c.error_flag)
+        return
+    if s.tiles % 2 or not 0 < s.tiles <= MAX_TILES.value:
+        raise ValueError(f"tiles must be even, 2..{MAX_TILES.value}, got {s.tiles}")
+    batch = c.q_v.shape[0]
+    if batch == 0 or c.cap <= 0:
+        return
+    chunks = triton.cdiv(triton.cdiv(c.cap, KEYS.value), s.tiles)
+    if chunks > 65535:
+        raise ValueError(f"cap = {c.cap} needs {chunks} programs per sequence (at most 65535); raise tiles")
+    paged_keys_m_wgmma_kernel[(batch, chunks)](
+        c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out,
+        c.out if c.error_flag is None else c.error_flag,
+        c.cap, c.page_stride, c.block_table.shape[1], c.num_cache_pages,
+        c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
+        c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
+        N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
+        TILED=bool(c.tiled), CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None,
+        num_warps=NUM_WARPS, **pdl_launch(s.pdl, c.out.device),
+    )
+
+
+# ============================================================================================ cross-compile specs
+def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
+             error_flag: bool = False, ctx_2d: bool = False) -> CompileSpec:
+    """The kernel as the variant launches it by default (sm90 only), with an error flag / 2-D context lengths."""
+    n_pad, h_pad = _padded(next_n, heads)
+    base = km.isa_spec(layout, head_dim, page_size, next_n, heads, Target.NVIDIA)
+    return CompileSpec(
+        label=f"paged_keys_m_wgmma/{layout}/D{head_dim}/P{page_size}/N{next_n}/H{heads}"
+              + ("/flag" if error_flag else "") + ("/ctx2d" if ctx_2d else ""),
+        fn=paged_keys_m_wgmma_kernel, signature=base.signature,
+        constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
+                    "TILES": TILES, "TILED": layout == "mxfp4_tiled", "CTX_2D": ctx_2d, "HAS_FLAG": error_flag,
+                    "PDL": True},
+        num_warps=NUM_WARPS, aligned=base.aligned, targets=("sm90",))
+
+
+#: (layout, D, P, next_n, H, options): the serving shape of both layouts (and with the error flag and 2-D context
+#: lengths), H 64, a small page with next_n 2, D 64 and 256
+ISA_SHAPES = (("mxfp4", 128, 64, 1, 32, {}), ("mxfp4_tiled", 128, 64, 1, 32, {}),
+              ("mxfp4", 128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}), ("mxfp4", 128, 64, 1, 64, {}),
+              ("mxfp4", 128, 16, 2, 16, {}), ("mxfp4", 64, 64, 1, 32, {}), ("mxfp4", 256, 256, 1, 32, {}))
+
+VARIANT = Variant(
+    name="mxfp4_keys_m_wgmma", op=Op.DECODE, kv_dtype="mxfp4", targets=frozenset({Target.NVIDIA}),
+    default_on=frozenset({Target.NVIDIA}), settings=lambda target, call: wgmma_settings(call), launch=launch,
+    precision=lambda head_dim, target: km.declared_precision("mxfp4", head_dim, target, "fold"),
+    isa_specs=lambda: tuple(isa_spec(*shape, **options) for *shape, options in ISA_SHAPES),
+    summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (tl fold elsewhere)")
