@@ -30,6 +30,7 @@ class CompileSpec:
     constexprs   every tl.constexpr parameter of fn -> its value.
     num_warps    launch option, as the launcher passes it.
     num_stages   software-pipelining depth (Triton's default is 3 on NVIDIA, 2 on AMD when None).
+    maxnreg      NVIDIA: the register cap per thread the launcher passes (None: ptxas chooses).
     aligned      runtime parameters the launcher guarantees to be multiples of 16 (bytes for pointers, value for
                  ints), as Triton specialises them at launch; None means "every pointer parameter".
     targets      which of TARGETS this instantiation is meant for (a Hopper-only unpack path lists ("sm90",)).
@@ -46,6 +47,7 @@ class CompileSpec:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int | None = None
+    maxnreg: int | None = None
     aligned: tuple[str, ...] | None = None
     targets: tuple[str, ...] = TARGETS
     scaled_mfma: bool = False

@@ -152,6 +152,8 @@ def compile_spec(spec: CompileSpec, target: str):
         options = {"num_warps": spec.num_warps}
         if spec.num_stages is not None:
             options["num_stages"] = spec.num_stages
+        if spec.maxnreg is not None and target == "sm90":
+            options["maxnreg"] = spec.maxnreg
         kind = GluonASTSource if isinstance(spec.fn, GluonJITFunction) else ASTSource     # Gluon: layouts given
         source = kind(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
         start = time.perf_counter()

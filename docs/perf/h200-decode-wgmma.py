@@ -5,7 +5,7 @@ of CUDA-graph replays of `inner` calls cycling through 4 input sets), the copy c
     PYTHONPATH=. python3 docs/perf/h200-decode-wgmma.py OUT.json
 
 - the `mxidx bench` shape (B64 / next_n 1 / H32 / D128 / context 8192 / page 64): the three kernels, the Gluon one at
-  2, 4 and 8 tiles of 64 keys per program, and whether its logits equal the `tl` fold kernel's bit for bit;
+  4, 8 and 16 tiles of 64 keys per program with no register cap, 72 or 80 registers, and whether its logits equal the `tl` fold kernel's bit for bit;
 - a grid: batch 1 / 8 / 64 / 256 x context 8192 / 32768 x (next_n, H) (1, 32), (1, 64), (2, 32), the three kernels
   at their default settings (GB/s: the bytes `mxidx bench` counts).
 """
@@ -35,9 +35,10 @@ def main(out_path: str) -> None:
         result, call = timed(kv_dtype, variant, **SHAPE)
         log(f"bench/{name}", result)
         outs[name] = call().clone()
-    for tiles in (2, 4, 8):
-        result, call = timed("mxfp4", "mxfp4_keys_m_wgmma", {"tiles": tiles}, **SHAPE)
-        log(f"bench/mxfp4_wgmma/tiles{tiles}", result)
+    for tiles in (4, 8, 16):
+        for maxnreg in (None, 72, 80):
+            result, call = timed("mxfp4", "mxfp4_keys_m_wgmma", {"tiles": tiles, "maxnreg": maxnreg}, **SHAPE)
+            log(f"bench/mxfp4_wgmma/tiles{tiles}/maxnreg{maxnreg}", result)
     tl_out, wg_out = outs["mxfp4_tl"], outs["mxfp4_wgmma"]
     log("bench/wgmma_vs_tl", {"bit_equal": bool(torch.equal(tl_out, wg_out)),
                               "max_abs_diff_over_max": float((tl_out - wg_out).abs().max() / tl_out.abs().max())})

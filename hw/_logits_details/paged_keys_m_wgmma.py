@@ -23,11 +23,12 @@ Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds i
 64 bits. A program scores TILES (even) consecutive tiles, two at a time: both tiles' loads are issued before the
 first is scored. The exact pass runs after the loop, as in the `tl` kernel, with the other blocks of the key operand
 zeroed per block (the operand registers of a column belong to one block), so one block's 32 products per pair of
-wgmma.
+wgmma. The launch caps the registers (MAXNREG) so that the rare exact pass, not the fold loop, sets the occupancy.
 
-Coverage (covers()): sm_90 devices, D in 64 / 128 / 256 (D = 32 is below one FP8 wgmma's K), N_PAD * H_PAD <= 128
-query columns, both layouts. Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the
-kernel is checked by cross-compilation on the CPU and by the GPU tests.
+Coverage (covers()): sm_90 devices, the planar layout (under triton 3.6 the tiled layout's code bytes load one by
+one), D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills), N_PAD * H_PAD <= 64 query columns.
+Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the kernel is checked by
+cross-compilation on the CPU and by the GPU tests.
 """
 from __future__ import annotations
 
@@ -71,21 +72,27 @@ from .paged_keys_m import (
 
 KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
 NUM_WARPS = 4                       # one warpgroup
-HEAD_DIMS = (64, 128, 256)          # D / 2 code bytes per key = the K of each operand, a multiple of 32
+HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each operand, a multiple of 32
 #: N_PAD * H_PAD: the exact pass holds two fp32 [64, N_PAD * H_PAD] tiles, which spill at 128 query columns
 MAX_QUERY_COLUMNS = 64
 CAPABILITY = (9, 0)                 # wgmma
-#: 64-key tiles per program: 4 (256 keys) unless fewer programs than WAVE_PROGRAMS_PER_SM per SM would result
-TILES = 4
-MIN_TILES = 2
-WAVE_PROGRAMS_PER_SM = 8
+#: 64-key tiles per program: the most of TILE_CHOICES whose grid still has WAVE_PROGRAMS_PER_SM programs per SM,
+#: else the fewest (paged_keys_m's rule)
+TILE_CHOICES = (2, 4, 8, 16)
+MIN_TILES = TILE_CHOICES[0]
+WAVE_PROGRAMS_PER_SM = 6
+#: the register cap per query columns (N_PAD * H_PAD): the exact pass (two fp32 score tiles) would take 108
+#: registers at 32 columns under triton 3.6 (4 programs per SM); capped, it spills there while the fold loop stays
+#: spill-free (75 registers), at 6 programs per SM. At 64 columns the fold loop needs 128.
+MAXNREG = {16: 80, 32: 80, 64: 128}
 _CTA_BARRIER = getattr(gl, "barrier", None) or gl.thread_barrier     # renamed in triton 3.9
 
 
 @gluon.jit
 def _kperm(c, C: gl.constexpr):
-    """Operand column c -> the code byte it reads (module docstring)."""
-    return (C // 4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4
+    """Operand column c -> the code byte it reads (module docstring): runs of 4 consecutive bytes, so that a thread
+    loads its bytes in 32-bit words (the hints sit here: triton 3.6 drops those put on a call's result)."""
+    return gl.max_contiguous(gl.multiple_of((C // 4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4, 4), 4)
 
 
 @gluon.jit
@@ -96,7 +103,7 @@ def _kperm_block(c, C: gl.constexpr):
 
 @gluon.jit
 def _key_tile(cache_ptr, bt_row, tile, rows, kcol, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
-              P: gl.constexpr, D: gl.constexpr, TILED: gl.constexpr, HAS_FLAG: gl.constexpr):
+              P: gl.constexpr, D: gl.constexpr, HAS_FLAG: gl.constexpr):
     """Tile `tile` of a sequence: (uint8 [KEYS, D/2] code bytes in the A operand's layout and K order, the keys'
     packed block scales (_mx_key_scale_words; int32 for D <= 128), met with the tile's bad page ids). Keys at or
     past vis_max or on a page that is not ok are not read: codes 0, scales 255 (NaN)."""
@@ -104,9 +111,9 @@ def _key_tile(cache_ptr, bt_row, tile, rows, kcol, num_pages, max_pages, num_cac
     page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages, page_stride)
     t_in = tok % P
     k_ok = tok < gl.where(page_ok, vis_max, 0)
-    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, kcol, P, D, TILED),
+    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, kcol, P, D, False),
                     mask=k_ok[:, None], other=0)
-    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, False)
     if D // MX_BLOCK <= 4:
         sw = sw.to(gl.int32)
     if HAS_FLAG:
@@ -171,10 +178,14 @@ def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma: gl.constexpr
 
 
 @gluon.jit
-def _query_operand(q_v_ptr, q_row_v, q_ok, rel, qk, layout: gl.constexpr):
-    """Two NVMMA-shared fp8 [NH, C] query operands: the rows' codes in the K order folded at `rel` ([NH, C])."""
-    codes = gl.load(q_v_ptr + q_row_v[:, None] + qk[None, :], mask=q_ok[:, None], other=0,
-                    eviction_policy=KEEP_IN_L2)
+def _query_codes(q_v_ptr, q_row_v, q_ok, qk):
+    """The query rows' code bytes [NH, C] in the K order (padded rows: 0)."""
+    return gl.load(q_v_ptr + q_row_v[:, None] + qk[None, :], mask=q_ok[:, None], other=0, eviction_policy=KEEP_IN_L2)
+
+
+@gluon.jit
+def _query_operand(codes, rel, layout: gl.constexpr):
+    """Two NVMMA-shared fp8 [NH, C] query operands: `codes` (_query_codes) folded at `rel` ([NH, C])."""
     q1, q2 = _fold_bytes_ptx(codes, _table_byte(rel))
     op1 = gl.allocate_shared_memory(gl.float8e4nv, q1.shape, layout, q1.to(gl.float8e4nv, bitcast=True))
     op2 = gl.allocate_shared_memory(gl.float8e4nv, q2.shape, layout, q2.to(gl.float8e4nv, bitcast=True))
@@ -189,7 +200,7 @@ def paged_keys_m_wgmma_kernel(
     stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
     stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
     N: gl.constexpr, N_PAD: gl.constexpr, H: gl.constexpr, H_PAD: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
-    TILES: gl.constexpr, TILED: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr,
+    TILES: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr,
 ):
     """paged_keys_m_kernel's arguments for MXFP4 (its docstring), one warpgroup. Grid (B, cdiv(cdiv(cap, 64),
     TILES)); program (b, c) scores tiles c * TILES .. of sequence b."""
@@ -213,35 +224,35 @@ def paged_keys_m_wgmma_kernel(
     col_n = col // H_PAD
     col_ok = (col_n < N) & (col % H_PAD < H)
     vis_col = _visible(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
+    # the query's loads go out beside the context length's, before the branch that needs it
+    w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
+                eviction_policy=KEEP_IN_L2)
+    qr = gl.arange(0, NH, layout=gl.SliceLayout(1, QL))         # the query rows in QL: bytes in the K order
+    qk = _kperm(gl.arange(0, C, layout=gl.SliceLayout(0, QL)), C)
+    q_ok = (qr // H_PAD < N) & (qr % H_PAD < H)
+    q_row_v = b * stride_qv_b + (qr // H_PAD) * stride_qv_n + (qr % H_PAD) * stride_qv_h
+    q_row_s = b * stride_qs_b + (qr // H_PAD) * stride_qs_n + (qr % H_PAD) * stride_qs_h
+    q_codes = _query_codes(q_v_ptr, q_row_v, q_ok, qk)
+    qs = gl.load(q_s_ptr + q_row_s[:, None] + (qk // TILE_BYTES)[None, :], mask=q_ok[:, None], other=E8M0_ONE,
+                 eviction_policy=KEEP_IN_L2).to(gl.int32)              # each byte's block scale
     vis_max = gl.max(vis_col, axis=0)
     first = chunk * TILES
     num_tiles = gl.minimum(gl.cdiv(vis_max, KEYS) - first, TILES)
     if num_tiles > 0:
         num_pages = vis_max // P + (vis_max % P != 0).to(gl.int32)
         bt_row = bt_ptr + b * stride_bt_b
-        w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
-                    eviction_policy=KEEP_IN_L2)
         q_col_s = b * stride_qs_b + col_n * stride_qs_n + (col % H_PAD) * stride_qs_h
-
-        # the query rows in QL: codes in the K order, each byte's block scale
-        qr = gl.arange(0, NH, layout=gl.SliceLayout(1, QL))
-        qk = _kperm(gl.arange(0, C, layout=gl.SliceLayout(0, QL)), C)
-        q_ok = (qr // H_PAD < N) & (qr % H_PAD < H)
-        q_row_v = b * stride_qv_b + (qr // H_PAD) * stride_qv_n + (qr % H_PAD) * stride_qv_h
-        q_row_s = b * stride_qs_b + (qr // H_PAD) * stride_qs_n + (qr % H_PAD) * stride_qs_h
-        qs = gl.load(q_s_ptr + q_row_s[:, None] + (qk // TILE_BYTES)[None, :], mask=q_ok[:, None], other=E8M0_ONE,
-                     eviction_policy=KEEP_IN_L2).to(gl.int32)
         sq_max = gl.max(qs, axis=1)
         q_nan = sq_max == E8M0_NAN
         q_wide = gl.max((q_ok & ~q_nan & (sq_max - gl.min(qs, axis=1) > FOLD_SPAN)).to(gl.int32), axis=0) > 0
         c = gl.max(gl.where(q_ok & ~q_nan, sq_max, 0), axis=0)
         sq_max_col = gl.convert_layout(sq_max, COL)
         w_fold = gl.where(sq_max_col == E8M0_NAN, float("nan"), w * _exp2_int(sq_max_col - c))
-        qop1, qop2 = _query_operand(q_v_ptr, q_row_v, q_ok, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), qk, QS)
+        qop1, qop2 = _query_operand(q_codes, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), QS)
 
         rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, A))
         kc = gl.arange(0, C, layout=gl.SliceLayout(0, A))
-        kcol = gl.max_contiguous(gl.multiple_of(_kperm(kc, C), 4), 4)
+        kcol = _kperm(kc, C)
         blk = _kperm_block(kc, C)
         tok_o = gl.arange(0, KEYS, layout=gl.SliceLayout(1, mma))
         met = rows * 0                                  # HAS_FLAG: an out-of-range page id met by the key's lane
@@ -249,9 +260,9 @@ def paged_keys_m_wgmma_kernel(
         for i in range(0, gl.where(q_wide, 0, num_tiles), 2):
             # both tiles' loads first (tile i + 1 < first + TILES: past num_tiles its keys lie past vis_max)
             codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+                                         num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
             codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, kcol, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+                                         num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
             terms, factor, wide0 = _fold_tile(codes0, sw0, blk, c, qop1, qop2, w_fold, mma, G, NH)
             _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
                           N, N_PAD)
@@ -264,12 +275,12 @@ def paged_keys_m_wgmma_kernel(
         # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one
         if q_wide | (wide_tiles != 0):
             _CTA_BARRIER()          # the fold loop's stores of this program land before the exact pass's
-            qe1, qe2 = _query_operand(q_v_ptr, q_row_v, q_ok, gl.full([NH, C], EXACT_REL, gl.int32, layout=QL),
-                                      qk, QS)
+            qe1, qe2 = _query_operand(_query_codes(q_v_ptr, q_row_v, q_ok, qk),
+                                      gl.full([NH, C], EXACT_REL, gl.int32, layout=QL), QS)
             for i in range(0, num_tiles):
                 if q_wide | (((wide_tiles >> i) & 1) != 0):
                     codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
-                                               num_cache_pages, page_stride, vis_max, met, P, D, TILED, HAS_FLAG)
+                                               num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
                     sk_max, sk_min = _scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
@@ -292,15 +303,16 @@ class WgmmaSettings:
     h_pad: int
     tiles: int          # 64-key tiles per program, even
     pdl: bool
+    maxnreg: int | None     # None: ptxas chooses
     fallback: km.KeysMSettings | None = None
 
 
-def covers(head_dim: int, next_n: int, num_heads: int, device) -> bool:
-    """Whether this kernel runs the call: an sm_90 CUDA device, D in HEAD_DIMS, at most MAX_QUERY_COLUMNS padded
-    query columns."""
+def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> bool:
+    """Whether this kernel runs the call: an sm_90 CUDA device, the planar layout, D in HEAD_DIMS, at most
+    MAX_QUERY_COLUMNS padded query columns."""
     n_pad, h_pad = _padded(next_n, num_heads)
     device = torch.device(device)
-    return (head_dim in HEAD_DIMS and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
+    return (head_dim in HEAD_DIMS and not tiled and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
             and not torch.version.hip and torch.cuda.get_device_capability(device) == CAPABILITY)
 
 
@@ -313,16 +325,17 @@ def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
     """The settings of `call` (a call of shapes only, without tensors, gets this kernel's)."""
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
     out = getattr(call, "out", None)
-    if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, out.device):
+    if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
         grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
-        return WgmmaSettings(n_pad, h_pad, TILES, True, km.keys_m_settings(
+        return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
             Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
-    tiles = TILES
+    tiles = TILE_CHOICES[1]
     if out is not None:
-        programs = call.q_v.shape[0] * triton.cdiv(triton.cdiv(call.cap, KEYS.value), TILES)
-        if programs < WAVE_PROGRAMS_PER_SM * sm_count(out.device):
-            tiles = MIN_TILES
-    return WgmmaSettings(n_pad, h_pad, tiles, True)
+        tiles_per_row = triton.cdiv(call.cap, KEYS.value)
+        fill = [t for t in TILE_CHOICES if call.q_v.shape[0] * triton.cdiv(tiles_per_row, t)
+                >= WAVE_PROGRAMS_PER_SM * sm_count(out.device)]
+        tiles = max(fill) if fill else MIN_TILES
+    return WgmmaSettings(n_pad, h_pad, tiles, True, MAXNREG[n_pad * h_pad])
 
 
 def launch(c: DecodeCall, s: WgmmaSettings) -> None:
@@ -349,32 +362,34 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
         c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
         c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
         N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
-        TILED=bool(c.tiled), CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None,
-        num_warps=NUM_WARPS, **pdl_launch(s.pdl, c.out.device),
+        CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None,
+        num_warps=NUM_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
+        **pdl_launch(s.pdl, c.out.device),
     )
 
 
 # ============================================================================================ cross-compile specs
-def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
-             error_flag: bool = False, ctx_2d: bool = False) -> CompileSpec:
+def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *, error_flag: bool = False,
+             ctx_2d: bool = False) -> CompileSpec:
     """The kernel as the variant launches it by default (sm90 only), with an error flag / 2-D context lengths."""
     n_pad, h_pad = _padded(next_n, heads)
-    base = km.isa_spec(layout, head_dim, page_size, next_n, heads, Target.NVIDIA)
+    base = km.isa_spec("mxfp4", head_dim, page_size, next_n, heads, Target.NVIDIA)
     return CompileSpec(
-        label=f"paged_keys_m_wgmma/{layout}/D{head_dim}/P{page_size}/N{next_n}/H{heads}"
+        label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}"
               + ("/flag" if error_flag else "") + ("/ctx2d" if ctx_2d else ""),
         fn=paged_keys_m_wgmma_kernel, signature=base.signature,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
-                    "TILES": TILES, "TILED": layout == "mxfp4_tiled", "CTX_2D": ctx_2d, "HAS_FLAG": error_flag,
-                    "PDL": True},
-        num_warps=NUM_WARPS, aligned=base.aligned, targets=("sm90",))
+                    "TILES": TILE_CHOICES[1], "CTX_2D": ctx_2d,
+                    "HAS_FLAG": error_flag, "PDL": True},
+        num_warps=NUM_WARPS, maxnreg=MAXNREG[n_pad * h_pad], aligned=base.aligned, targets=("sm90",),
+        scratch_ok="the exact pass for wide-span keys spills under the MAXNREG cap, which keeps the fold loop at 6 "
+                   "programs per SM (docs/perf/h200-decode-ablation.md)")
 
 
-#: (layout, D, P, next_n, H, options): the serving shape of both layouts (and with the error flag and 2-D context
-#: lengths), H 64, a small page with next_n 2, D 64 and 256
-ISA_SHAPES = (("mxfp4", 128, 64, 1, 32, {}), ("mxfp4_tiled", 128, 64, 1, 32, {}),
-              ("mxfp4", 128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}), ("mxfp4", 128, 64, 1, 64, {}),
-              ("mxfp4", 128, 16, 2, 16, {}), ("mxfp4", 64, 64, 1, 32, {}), ("mxfp4", 256, 256, 1, 32, {}))
+#: (D, P, next_n, H, options): the serving shape (and with the error flag and 2-D context lengths), H 64, a small
+#: page with next_n 2, D 64, a large page with 64 query columns
+ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}), (128, 64, 1, 64, {}),
+              (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}))
 
 VARIANT = Variant(
     name="mxfp4_keys_m_wgmma", op=Op.DECODE, kv_dtype="mxfp4", targets=frozenset({Target.NVIDIA}),
