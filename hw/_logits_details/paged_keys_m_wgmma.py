@@ -102,23 +102,36 @@ def _kperm_block(c, C: gl.constexpr):
 
 
 @gluon.jit
-def _key_tile(cache_ptr, bt_row, tile, rows, kcol, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
-              P: gl.constexpr, D: gl.constexpr, HAS_FLAG: gl.constexpr):
+def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
+              A: gl.constexpr, P: gl.constexpr, D: gl.constexpr, HAS_FLAG: gl.constexpr):
     """Tile `tile` of a sequence: (uint8 [KEYS, D/2] code bytes in the A operand's layout and K order, the keys'
-    packed block scales (_mx_key_scale_words; int32 for D <= 128), met with the tile's bad page ids). Keys at or
-    past vis_max or on a page that is not ok are not read: codes 0, scales 255 (NaN)."""
+    packed block scales (_mx_key_scale_words, int32) in A's row layout, met with the tile's bad page ids). rows and
+    byte: aranges in the slices of key_layout(D). Keys at or past vis_max or on a page that is not ok are not read:
+    codes 0, scales 255 (NaN)."""
+    C: gl.constexpr = D // 2
     tok = tile * KEYS + rows
     page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages, page_stride)
     t_in = tok % P
     k_ok = tok < gl.where(page_ok, vis_max, 0)
-    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, kcol, P, D, False),
+    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, byte, P, D, False),
                     mask=k_ok[:, None], other=0)
-    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, False)
-    if D // MX_BLOCK <= 4:
-        sw = sw.to(gl.int32)
+    # natural byte order (C/4 contiguous bytes a thread: one vector load a key) -> the K order, same registers
+    codes = gl.reshape(gl.permute(gl.reshape(codes, [KEYS, 4, C // 16, 4]), (0, 2, 1, 3)), [KEYS, C])
+    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, False).to(gl.int32)
     if HAS_FLAG:
         met = gl.where(bad_id != 0, bad_id, met)
-    return codes, sw, met
+    return gl.convert_layout(codes, A, assert_trivial=True), gl.convert_layout(sw, gl.SliceLayout(1, A)), met
+
+
+def key_layout(head_dim: int) -> gl.DistributedLinearLayout:
+    """The layout the code bytes [KEYS, D/2] of a tile load in, natural byte order: A's ownership of keys and bytes
+    (thread j of a row's quad: bytes (C/4) j .. (C/4) j + C/4 - 1 of rows l // 4 and l // 4 + 8 of its warp's 16),
+    registers ordered along the bytes, so that the C/4 bytes load as one vector."""
+    C = head_dim // 2
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << k] for k in range((C // 4).bit_length() - 1)] + [[8, 0]],
+        lane_bases=[[0, C // 4], [0, C // 2], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]],
+        block_bases=[], shape=[KEYS.value, C])
 
 
 @gluon.jit
@@ -200,10 +213,10 @@ def paged_keys_m_wgmma_kernel(
     stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h,
     stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
     N: gl.constexpr, N_PAD: gl.constexpr, H: gl.constexpr, H_PAD: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
-    TILES: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr,
+    TILES: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr, KL: gl.constexpr,
 ):
     """paged_keys_m_kernel's arguments for MXFP4 (its docstring), one warpgroup. Grid (B, cdiv(cdiv(cap, 64),
-    TILES)); program (b, c) scores tiles c * TILES .. of sequence b."""
+    TILES)); program (b, c) scores tiles c * TILES .. of sequence b. KL: key_layout(D)."""
     gl.static_assert(TILES % 2 == 0, "tiles are scored in pairs")
     gl.static_assert(TILES <= MAX_TILES)
     gl.static_assert(D % (2 * 32) == 0, "each operand's K = D/2 must be a multiple of the FP8 wgmma's 32")
@@ -250,19 +263,19 @@ def paged_keys_m_wgmma_kernel(
         w_fold = gl.where(sq_max_col == E8M0_NAN, float("nan"), w * _exp2_int(sq_max_col - c))
         qop1, qop2 = _query_operand(q_codes, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), QS)
 
-        rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, A))
-        kc = gl.arange(0, C, layout=gl.SliceLayout(0, A))
-        kcol = _kperm(kc, C)
-        blk = _kperm_block(kc, C)
+        rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, KL))
+        byte = gl.arange(0, C, layout=gl.SliceLayout(0, KL))
+        blk = _kperm_block(gl.arange(0, C, layout=gl.SliceLayout(0, A)), C)
         tok_o = gl.arange(0, KEYS, layout=gl.SliceLayout(1, mma))
         met = rows * 0                                  # HAS_FLAG: an out-of-range page id met by the key's lane
-        wide_keys = rows * 0                            # bit i: the key of tile first + i is wide
+        wide_keys = gl.zeros([KEYS], gl.int32, layout=gl.SliceLayout(1, A))     # bit i: the key of tile first + i
+        #                                                                           is wide
         for i in range(0, gl.where(q_wide, 0, num_tiles), 2):
             # both tiles' loads first (tile i + 1 < first + TILES: past num_tiles its keys lie past vis_max)
-            codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
-            codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, kcol, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
+            codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
+                                         num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+            codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, byte, num_pages, max_pages,
+                                         num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
             terms, factor, wide0 = _fold_tile(codes0, sw0, blk, c, qop1, qop2, w_fold, mma, G, NH)
             _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
                           N, N_PAD)
@@ -279,8 +292,8 @@ def paged_keys_m_wgmma_kernel(
                                       gl.full([NH, C], EXACT_REL, gl.int32, layout=QL), QS)
             for i in range(0, num_tiles):
                 if q_wide | (((wide_tiles >> i) & 1) != 0):
-                    codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, kcol, num_pages, max_pages,
-                                               num_cache_pages, page_stride, vis_max, met, P, D, HAS_FLAG)
+                    codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
+                                               num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
                     sk_max, sk_min = _scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
@@ -362,7 +375,7 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
         c.q_v.stride(0), c.q_v.stride(1), c.q_v.stride(2), c.q_s.stride(0), c.q_s.stride(1), c.q_s.stride(2),
         c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
         N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
-        CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None,
+        CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None, KL=key_layout(c.head_dim),
         num_warps=NUM_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
         **pdl_launch(s.pdl, c.out.device),
     )
@@ -380,7 +393,7 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
         fn=paged_keys_m_wgmma_kernel, signature=base.signature,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
                     "TILES": TILE_CHOICES[1], "CTX_2D": ctx_2d,
-                    "HAS_FLAG": error_flag, "PDL": True},
+                    "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim)},
         num_warps=NUM_WARPS, maxnreg=MAXNREG[n_pad * h_pad], aligned=base.aligned, targets=("sm90",),
         scratch_ok="the exact pass for wide-span keys spills under the MAXNREG cap, which keeps the fold loop at 6 "
                    "programs per SM (docs/perf/h200-decode-ablation.md)")
