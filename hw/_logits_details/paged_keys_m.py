@@ -677,20 +677,18 @@ def paged_keys_m_kernel(
                 for i in tl.range(0, num_tiles, num_stages=1):
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
                         # (met: the fold loop did not run for a wide query)
-                        tok, page_off, page_ok, _, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
-                                                               num_cache_pages, page_stride, vis_max, met, P,
-                                                               TILE_PAGES, HAS_FLAG)
-                        # a bad page's keys keep the fold loop's NaN: not stored here (their page_off is page
-                        # 0's, a read inside the view whose result is dropped; no read at all without pages)
-                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in,
-                                               tok < tl.where(num_cache_pages > 0, vis_max, 0), P, D, TILED)
+                        tok, page_off, _, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                                  num_cache_pages, page_stride, vis_max, met, P,
+                                                                  TILE_PAGES, HAS_FLAG)
+                        # a bad page's keys are not read: NaN scales, stored for a wide query, else not redone (they
+                        # keep the fold loop's NaN)
+                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
                         s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
                         sk_max = tl.max(ks, axis=1)
                         wide_key = (sk_max != E8M0_NAN) & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)
                         redo = wide_key | (tok * 0 + q_wide.to(tl.int32) != 0)   # a block operand first
-                        stored = redo & (tok < tl.where(page_ok, vis_max, 0))
                         tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
-                                 mask=stored[:, None] & (tok[:, None] < visible[None, :]))
+                                 mask=redo[:, None] & (tok[:, None] < visible[None, :]))
         if HAS_FLAG:
             _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 

@@ -231,6 +231,25 @@ def test_decode_context_near_int32_max(device):
         assert _flag(flag)[1:] == (ErrorKind.CONTEXT_PAST_TABLE, 0, 40), variant
 
 
+def test_decode_bad_page_with_a_wide_query(device):
+    """A query row whose block scales span more than 11 binades sends every key of the MXFP4 fold's program through
+    the exact pass (the fold loop does not run); a bad page's columns must still come out NaN, not unwritten."""
+    kv, _, _, w = _decode_setup("mxfp4", (40, 20), device)
+    rng = np.random.default_rng(5)
+    q_v, q_s, _, _ = quantized_queries(rng, "mxfp4", (2, 1, H, D), rng.standard_normal((2, 1, H)))
+    q_s[0, 0, 1, 0] = q_s[0, 0, 1].max() - 20               # sequence 0, head 1: 20 binades between its blocks
+    q_t, q64 = pair_as_torch("mxfp4", q_v, q_s, device), sim_scorer.dequantize_q(q_v, q_s)
+    table = kv.block_table.copy()
+    table[0, 1] = 1 << 30
+    for variant in _decode_variants("mxfp4", device):
+        flag = new_error_flag(device)
+        out = _decode(kv, q_t, w, (40, 20), table, device, variant, 48, flag=flag)
+        ref, bound = _reference(kv, q64, w, (40, 20), table, 48, "mxfp4", device, variant)
+        assert np.isnan(ref[0, P:2 * P]).all() and np.isfinite(ref[0, :P]).all()
+        sim_scorer.assert_logits_within_bound(out, ref, bound)
+        assert _flag(flag)[1:] == (ErrorKind.PAGE_ID, 0, 1 << 30), variant
+
+
 def test_decode_bad_page_in_a_tile_with_a_wide_key(device):
     """The keys-on-M MXFP4 fold redoes a tile holding a key whose block scales span more than 11 binades in an
     exact pass; a bad page of the same tile (P = 16: four pages a tile) must keep its NaN there."""
