@@ -422,11 +422,10 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
     """A tile's pages: (int64 [KEYS] page byte offsets page_id.to(int64) * page_stride, page_ok, bad_id; the last two
     scalars when TILE_PAGES == 1, else bool / int32 [KEYS]). Block-table entries at or past num_pages (the visible
     span) or max_pages (the table's width) are not read; a page is ok when its entry was read and lies in
-    [0, num_cache_pages). The offset of a page that is not ok is page 0's (the fold loop masks its keys; the exact
-    pass reads page 0 and drops the result), and bad_id is its entry where one was read and is out of range, else 0
-    (an id 0 is out of range only in a cache of no pages, where _report_pages finds every page bad anyway). One
-    compare per page, not per key, when TILE_PAGES == 1. Callers mask a tile's keys with
-    tok < where(page_ok, limit, 0)."""
+    [0, num_cache_pages). The offset of a page that is not ok is page 0's, and bad_id is its entry where one was
+    read and is out of range, else 0 (an id 0 is out of range only in a cache of no pages, where _report_pages
+    finds every page bad anyway). One compare per page, not per key, when TILE_PAGES == 1. Callers mask a tile's
+    keys with tok < where(page_ok, limit, 0), so a page that is not ok is never read."""
     if TILE_PAGES == 1:
         in_table = first < max_pages
         page_id = tl.load(bt_row_ptr + first, mask=in_table, other=0, eviction_policy=KEEP_IN_L2)
@@ -678,8 +677,8 @@ def paged_keys_m_kernel(
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
                         # (met: the fold loop did not run for a wide query)
                         tok, page_off, _, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
-                                                                  num_cache_pages, page_stride, vis_max, met, P,
-                                                                  TILE_PAGES, HAS_FLAG)
+                                                            num_cache_pages, page_stride, vis_max, met, P,
+                                                            TILE_PAGES, HAS_FLAG)
                         # a bad page's keys are not read: NaN scales, stored for a wide query, else not redone (they
                         # keep the fold loop's NaN)
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
