@@ -7,7 +7,7 @@ FOLD_BYTES_PTX, the key's power-of-two factor after the head sum, the exact pass
 scales span more than FOLD_SPAN binades, NaN for E8M0 255 and for keys on pages that are not ok). What differs is
 where the codes go: `tl` cannot choose the layout of a load, so the `tl` kernel's folded bytes reach the MMA operand
 through shared memory (stores, a barrier, ldmatrix per tile). Here every thread loads exactly the code bytes of the
-operand registers it owns.
+operand registers it owns, as one vector per key (key_layout), and folds them in place.
 
 The K order. With 8-bit operands (k_width 4) thread j = (lane % 4) of a row's quad holds the operand columns
 16m + 4j + i (i < 4, m < C/16) of its rows, C = D/2. Column c of both operands reads code byte
@@ -15,9 +15,11 @@ The K order. With 8-bit operands (k_width 4) thread j = (lane % 4) of a row's qu
     kperm(c) = (C/4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4
 
 so a thread holds C/4 consecutive code bytes of each of its keys (D = 128: one whole 32-element block, one fold
-table). FOLD_BYTES_PTX turns code byte kperm(c)'s word a = kperm(c) // 4 into e4m3 bytes of elements 8a + c % 4
-(operand 1, column c) and 8a + 4 + c % 4 (operand 2, column c); the query operands are folded from the same bytes in
-the same order, so q . k is the sum of two K = C wgmma, as in the `tl` kernel's split order.
+table). They load in natural byte order in key_layout(D), which has the A operand's ownership with the bytes
+contiguous in registers; a reshape / permute to the K order then moves no data (convert_layout asserts it).
+FOLD_BYTES_PTX turns code byte kperm(c)'s word a = kperm(c) // 4 into e4m3 bytes of elements 8a + c % 4 (operand 1,
+column c) and 8a + 4 + c % 4 (operand 2, column c); the query operands are folded from the same bytes in the same
+order, so q . k is the sum of two K = C wgmma, as in the `tl` kernel's split order.
 
 Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds its page (tok // P) and rebases in
 64 bits. A program scores TILES (even) consecutive tiles, two at a time: both tiles' loads are issued before the
@@ -25,7 +27,7 @@ first is scored. The exact pass runs after the loop, as in the `tl` kernel, with
 zeroed per block (the operand registers of a column belong to one block), so one block's 32 products per pair of
 wgmma. The launch caps the registers (MAXNREG) so that the rare exact pass, not the fold loop, sets the occupancy.
 
-Coverage (covers()): sm_90 devices, the planar layout (under triton 3.6 the tiled layout's code bytes load one by
+Coverage (covers()): sm_90 devices, the planar layout (the tiled one stays with the `tl` kernel: not timed with this
 one), D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills), N_PAD * H_PAD <= 64 query columns.
 Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the kernel is checked by
 cross-compilation on the CPU and by the GPU tests.
@@ -33,6 +35,7 @@ cross-compilation on the CPU and by the GPU tests.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -90,8 +93,8 @@ _CTA_BARRIER = getattr(gl, "barrier", None) or gl.thread_barrier     # renamed i
 
 @gluon.jit
 def _kperm(c, C: gl.constexpr):
-    """Operand column c -> the code byte it reads (module docstring): runs of 4 consecutive bytes, so that a thread
-    loads its bytes in 32-bit words (the hints sit here: triton 3.6 drops those put on a call's result)."""
+    """Operand column c -> the code byte it reads (module docstring): runs of 4 consecutive bytes, so that the query
+    rows load in 32-bit words (the hints sit here: triton 3.6 drops those put on a call's result)."""
     return gl.max_contiguous(gl.multiple_of((C // 4) * ((c % 16) // 4) + 4 * (c // 16) + c % 4, 4), 4)
 
 
@@ -123,6 +126,7 @@ def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cac
     return gl.convert_layout(codes, A, assert_trivial=True), gl.convert_layout(sw, gl.SliceLayout(1, A)), met
 
 
+@functools.lru_cache(maxsize=None)
 def key_layout(head_dim: int) -> gl.DistributedLinearLayout:
     """The layout the code bytes [KEYS, D/2] of a tile load in, natural byte order: A's ownership of keys and bytes
     (thread j of a row's quad: bytes (C/4) j .. (C/4) j + C/4 - 1 of rows l // 4 and l // 4 + 8 of its warp's 16),
