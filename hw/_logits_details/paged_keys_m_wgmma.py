@@ -333,7 +333,9 @@ def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> b
             and not torch.version.hip and torch.cuda.get_device_capability(device) == CAPABILITY)
 
 
+@functools.lru_cache(maxsize=None)
 def _padded(next_n: int, num_heads: int) -> tuple[int, int]:
+    """(N_PAD, H_PAD): paged_keys_m's query-column padding (cached: every launch asks for it)."""
     s = km.keys_m_settings(Target.NVIDIA, "mxfp4", num_heads, next_n, 64, tokens_per_program=KEYS.value)
     return s.n_pad, s.h_pad
 
