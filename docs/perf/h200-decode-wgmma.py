@@ -2,12 +2,16 @@
 fold kernel it replaces on sm_90 (`mxfp4_keys_m`) and the FP8 default, timed as `mxidx bench` times them (median
 of CUDA-graph replays of `inner` calls cycling through 4 input sets), the copy ceiling measured in the same run:
 
-    PYTHONPATH=. python3 docs/perf/h200-decode-wgmma.py OUT.json
+    PYTHONPATH=. python3 docs/perf/h200-decode-wgmma.py OUT.json [GRID]
 
-- the `mxidx bench` shape (B64 / next_n 1 / H32 / D128 / context 8192 / page 64): the three kernels, the Gluon one at
-  4, 8 and 16 tiles of 64 keys per program with no register cap, 72 or 80 registers, and whether its logits equal the `tl` fold kernel's bit for bit;
+- the `mxidx bench` shape (B64 / next_n 1 / H32 / D128 / context 8192 / page 64): the three kernels, and whether the
+  Gluon kernel's logits equal the `tl` fold kernel's bit for bit;
 - a grid: batch 1 / 8 / 64 / 256 x context 8192 / 32768 x (next_n, H) (1, 32), (1, 64), (2, 32), the three kernels
   at their default settings (GB/s: the bytes `mxidx bench` counts).
+
+GRID `tiles` instead times the Gluon kernel at every tile count of TILE_RANGE, at shapes whose grids fill the
+H200's slots to different fractions, and marks grid_choice's (the input sets of a shape are built once and
+reused).
 """
 import sys
 
@@ -27,18 +31,40 @@ def timed(kv_dtype, variant, settings=None, **shape):
     return {"time_us": us, "GBps": sets[0][1] / us / 1e3}, sets[0][0]
 
 
-def main(out_path: str) -> None:
+GRID_SHAPES = ((64, 8192, 1, 32), (32, 8192, 1, 32), (128, 4096, 1, 32), (256, 8192, 1, 32), (64, 32768, 1, 32),
+               (64, 8192, 1, 64), (8, 32768, 1, 32), (1, 8192, 1, 32))
+
+
+def tiles_grid(log) -> None:
+    from hw._logits_details.paged_keys_m_wgmma import TILE_RANGE, grid_choice
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for batch, context, next_n, heads in GRID_SHAPES:
+        settings = {}       # the calls read it when launched: one set of inputs serves every setting
+        shape = dict(SHAPE, batch=batch, context=context, next_n=next_n, heads=heads)
+        sets = [decode_inputs("mxfp4", "cuda", layout=None, seed=i, variant="mxfp4_keys_m_wgmma",
+                              launch_settings=settings, **shape) for i in range(INPUT_SETS)]
+        chosen = grid_choice(batch, -(-context // 64), sms)
+        for tiles in TILE_RANGE:
+            settings.update(tiles=tiles)
+            us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+            log(f"tiles/B{batch}/ctx{context}/N{next_n}/H{heads}/tiles{tiles}",
+                {"time_us": us, "GBps": sets[0][1] / us / 1e3, "grid_choice": tiles == chosen})
+        del sets
+        torch.cuda.empty_cache()
+
+
+def main(out_path: str, grid: str = "default") -> None:
     log = json_recorder(out_path)
     log("copy", _copy_GBps(INNER, REPLAYS))
+    if grid == "tiles":
+        tiles_grid(log)
+        return
     outs = {}
     for name, kv_dtype, variant in KERNELS:
         result, call = timed(kv_dtype, variant, **SHAPE)
         log(f"bench/{name}", result)
         outs[name] = call().clone()
-    for tiles in (4, 8, 16):
-        for maxnreg in (None, 72, 80):
-            result, call = timed("mxfp4", "mxfp4_keys_m_wgmma", {"tiles": tiles, "maxnreg": maxnreg}, **SHAPE)
-            log(f"bench/mxfp4_wgmma/tiles{tiles}/maxnreg{maxnreg}", result)
     tl_out, wg_out = outs["mxfp4_tl"], outs["mxfp4_wgmma"]
     log("bench/wgmma_vs_tl", {"bit_equal": bool(torch.equal(tl_out, wg_out)),
                               "max_abs_diff_over_max": float((tl_out - wg_out).abs().max() / tl_out.abs().max())})
@@ -51,4 +77,4 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

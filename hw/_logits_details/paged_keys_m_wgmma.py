@@ -21,11 +21,12 @@ FOLD_BYTES_PTX turns code byte kperm(c)'s word a = kperm(c) // 4 into e4m3 bytes
 column c) and 8a + 4 + c % 4 (operand 2, column c); the query operands are folded from the same bytes in the same
 order, so q . k is the sum of two K = C wgmma, as in the `tl` kernel's split order.
 
-Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds its page (tok // P) and rebases in
-64 bits. A program scores TILES (even) consecutive tiles, two at a time: both tiles' loads are issued before the
-first is scored. The exact pass runs after the loop, as in the `tl` kernel, with the other blocks of the key operand
-zeroed per block (the operand registers of a column belong to one block), so one block's 32 products per pair of
-wgmma. The launch caps the registers (MAXNREG) so that the rare exact pass, not the fold loop, sets the occupancy.
+Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds its page (tok // P; one lookup per
+tile when a page holds whole tiles) and rebases in 64 bits. A program scores TILES consecutive tiles in groups of 4
+(2 when TILES is 2): a group's loads are all issued before its first tile is scored. The exact pass runs after the
+loop, as in the `tl` kernel, with the other blocks of the key operand zeroed per block (the operand registers of a
+column belong to one block), so one block's 32 products per pair of wgmma. The launch caps the registers (MAXNREG)
+at 4 programs per SM, and grid_choice sizes the programs for that many slots.
 
 Coverage (covers()): sm_90 devices, the planar layout (the tiled one stays with the `tl` kernel: not timed with this
 one), D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills), N_PAD * H_PAD <= 64 query columns.
@@ -79,15 +80,14 @@ HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each o
 #: N_PAD * H_PAD: the exact pass holds two fp32 [64, N_PAD * H_PAD] tiles, which spill at 128 query columns
 MAX_QUERY_COLUMNS = 64
 CAPABILITY = (9, 0)                 # wgmma
-#: 64-key tiles per program: the most of TILE_CHOICES whose grid still has WAVE_PROGRAMS_PER_SM programs per SM,
-#: else the fewest (paged_keys_m's rule)
-TILE_CHOICES = (2, 4, 8, 16)
-MIN_TILES = TILE_CHOICES[0]
-WAVE_PROGRAMS_PER_SM = 6
-#: the register cap per query columns (N_PAD * H_PAD): the exact pass (two fp32 score tiles) would take 108
-#: registers at 32 columns under triton 3.6 (4 programs per SM); capped, it spills there while the fold loop stays
-#: spill-free (75 registers), at 6 programs per SM. At 64 columns the fold loop needs 128.
-MAXNREG = {16: 80, 32: 80, 64: 128}
+#: the register cap: the fold loop, with a group of 4 tiles' codes in flight, stays spill-free under it at up to 64
+#: query columns (the rare exact pass spills at 64); 4 programs per SM
+MAXNREG = 128
+REGISTERS_PER_SM = 65536            # sm_90
+#: 64-key tiles per program: 2 (scored as a pair) or a multiple of 4 (in groups of 4) up to MAX_TILES
+TILE_RANGE = (2,) + tuple(range(4, MAX_TILES.value + 1, 4))
+MIN_TILES = TILE_RANGE[0]
+PROGRAM_OVERHEAD_TILES = 2          # a program's fixed work (query fold, first loads), in tiles: grid_choice's model
 _CTA_BARRIER = getattr(gl, "barrier", None) or gl.thread_barrier     # renamed in triton 3.9
 
 
@@ -113,11 +113,17 @@ def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cac
     codes 0, scales 255 (NaN)."""
     C: gl.constexpr = D // 2
     tok = tile * KEYS + rows
-    page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages, page_stride)
+    if P % KEYS == 0:       # the tile lies on one page: one lookup (scalars), not one per key
+        page_off, page_ok, bad_id = _page_offsets(bt_row, tile // (P // KEYS), num_pages, max_pages, num_cache_pages,
+                                                  page_stride)
+        page_ptr = cache_ptr + page_off
+    else:
+        page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages,
+                                                  page_stride)
+        page_ptr = (cache_ptr + page_off)[:, None]
     t_in = tok % P
     k_ok = tok < gl.where(page_ok, vis_max, 0)
-    codes = gl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, byte, P, D, False),
-                    mask=k_ok[:, None], other=0)
+    codes = gl.load(page_ptr + mxfp4_value_offsets(t_in, byte, P, D, False), mask=k_ok[:, None], other=0)
     # natural byte order (C/4 contiguous bytes a thread: one vector load a key) -> the K order, same registers
     codes = gl.reshape(gl.permute(gl.reshape(codes, [KEYS, 4, C // 16, 4]), (0, 2, 1, 3)), [KEYS, C])
     sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, False).to(gl.int32)
@@ -160,9 +166,11 @@ def _relu_terms(acc, w):
 
 
 @gluon.jit
-def _fold_tile(codes, sw, blk, c, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr):
+def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr):
     """The fold path of one tile: (fp32 [KEYS, NH] head terms, key factor 2^(skmax + c - 266) or NaN [KEYS] in the
-    MMA's row layout, int32 [KEYS] 1 where the key's block scales are wide)."""
+    MMA's row layout, int32 [KEYS] 1 where the key's block scales are wide). c_factor: 2^(c - 139), so that the
+    product of two powers of two is the factor (exact: a power of two at or above 2^-149 is representable, and
+    the ones below round to 0 as _exp2_int's)."""
     sk_max, sk_min = _scale_max_min(sw, G)
     rel = gl.maximum(_scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
     k1, k2 = _fold_bytes_ptx(codes, _table_byte(rel))
@@ -170,9 +178,19 @@ def _fold_tile(codes, sw, blk, c, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.c
     acc = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qop1.permute((1, 0)), acc)
     acc = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qop2.permute((1, 0)), acc)
     k_nan = sk_max == E8M0_NAN
-    factor = gl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
+    factor = _e8m0_to_f32(sk_max) * c_factor      # 2^(sk_max + c - 266), exactly (or 0, inf); NaN for 255
     wide = (~k_nan & (sk_max - sk_min > FOLD_SPAN)).to(gl.int32)
     return _relu_terms(acc, w_fold), gl.convert_layout(factor, gl.SliceLayout(1, mma)), wide
+
+
+@gluon.jit
+def _score_tile(codes, sw, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr, tok_o, b, col_n, vis_col,
+                stride_out_r, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr, N: gl.constexpr,
+                N_PAD: gl.constexpr):
+    """Tile first + i of the fold loop: its logits stored; returns wide_keys with bit i set for its wide keys."""
+    terms, factor, wide = _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma, G, NH)
+    _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r, N, N_PAD)
+    return wide_keys | (wide << i)
 
 
 @gluon.jit
@@ -221,7 +239,8 @@ def paged_keys_m_wgmma_kernel(
 ):
     """paged_keys_m_kernel's arguments for MXFP4 (its docstring), one warpgroup. Grid (B, cdiv(cdiv(cap, 64),
     TILES)); program (b, c) scores tiles c * TILES .. of sequence b. KL: key_layout(D)."""
-    gl.static_assert(TILES % 2 == 0, "tiles are scored in pairs")
+    gl.static_assert(TILES % 2 == 0, "tiles are scored in groups of 2 or 4")
+    GROUP: gl.constexpr = 4 if TILES % 4 == 0 else 2
     gl.static_assert(TILES <= MAX_TILES)
     gl.static_assert(D % (2 * 32) == 0, "each operand's K = D/2 must be a multiple of the FP8 wgmma's 32")
     NH: gl.constexpr = N_PAD * H_PAD
@@ -263,6 +282,7 @@ def paged_keys_m_wgmma_kernel(
         q_nan = sq_max == E8M0_NAN
         q_wide = gl.max((q_ok & ~q_nan & (sq_max - gl.min(qs, axis=1) > FOLD_SPAN)).to(gl.int32), axis=0) > 0
         c = gl.max(gl.where(q_ok & ~q_nan, sq_max, 0), axis=0)
+        c_factor = _exp2_int(c + 127 - FOLD_KEY_BIAS)
         sq_max_col = gl.convert_layout(sq_max, COL)
         w_fold = gl.where(sq_max_col == E8M0_NAN, float("nan"), w * _exp2_int(sq_max_col - c))
         qop1, qop2 = _query_operand(q_codes, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), QS)
@@ -274,19 +294,27 @@ def paged_keys_m_wgmma_kernel(
         met = rows * 0                                  # HAS_FLAG: an out-of-range page id met by the key's lane
         wide_keys = gl.zeros([KEYS], gl.int32, layout=gl.SliceLayout(1, A))     # bit i: the key of tile first + i
         #                                                                           is wide
-        for i in range(0, gl.where(q_wide, 0, num_tiles), 2):
-            # both tiles' loads first (tile i + 1 < first + TILES: past num_tiles its keys lie past vis_max)
+        # a group's loads all go out before its first tile is scored (tiles past num_tiles, in the last group of
+        # a program that is not full, lie past vis_max: they read nothing)
+        for i in range(0, gl.where(q_wide, 0, num_tiles), GROUP):
             codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
                                          num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
             codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, byte, num_pages, max_pages,
                                          num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
-            terms, factor, wide0 = _fold_tile(codes0, sw0, blk, c, qop1, qop2, w_fold, mma, G, NH)
-            _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
-                          N, N_PAD)
-            terms, factor, wide1 = _fold_tile(codes1, sw1, blk, c, qop1, qop2, w_fold, mma, G, NH)
-            _store_logits(out_ptr, terms, factor, (first + i + 1) * KEYS + tok_o, b, col_n, vis_col, stride_out_r,
-                          N, N_PAD)
-            wide_keys = wide_keys | (wide0 << i) | (wide1 << (i + 1))
+            if GROUP == 4:
+                codes2, sw2, met = _key_tile(cache_ptr, bt_row, first + i + 2, rows, byte, num_pages, max_pages,
+                                             num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                codes3, sw3, met = _key_tile(cache_ptr, bt_row, first + i + 3, rows, byte, num_pages, max_pages,
+                                             num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+            wide_keys = _score_tile(codes0, sw0, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
+                                    tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
+            wide_keys = _score_tile(codes1, sw1, first, i + 1, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
+                                    tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
+            if GROUP == 4:
+                wide_keys = _score_tile(codes2, sw2, first, i + 2, wide_keys, blk, c_factor, qop1, qop2, w_fold,
+                                        out_ptr, tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
+                wide_keys = _score_tile(codes3, sw3, first, i + 3, wide_keys, blk, c_factor, qop1, qop2, w_fold,
+                                        out_ptr, tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
         wide_tiles = gl.reduce(wide_keys, 0, _bit_or)
 
         # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one
@@ -340,21 +368,43 @@ def _padded(next_n: int, num_heads: int) -> tuple[int, int]:
     return s.n_pad, s.h_pad
 
 
+def programs_per_sm(maxnreg: int) -> int:
+    """Resident programs per sm_90 SM at a register cap (registers bound them; shared memory is a few KB)."""
+    return REGISTERS_PER_SM // (maxnreg * 32 * NUM_WARPS)
+
+
+@functools.lru_cache(maxsize=None)
+def grid_choice(batch: int, tiles_per_row: int, sms: int) -> int:
+    """Tiles per program of a launch, from a model of its time in tile rounds of one resident slot (slots = SMs x
+    programs_per_sm): a grid of one wave takes one program's time, tiles + PROGRAM_OVERHEAD_TILES; a longer one
+    spreads all tiles and overheads over the slots, (tiles of all rows + programs x overhead) / slots. Grids of one
+    to two waves are left out (their second wave runs on a few SMs), unless every choice is one. The least time
+    wins, a tie to the fewer programs. Fitted to a sweep of 7 shapes on the H200
+    (docs/perf/h200-decode-ablation.md, the MXFP4 scorer's grid)."""
+    slots = programs_per_sm(MAXNREG) * sms
+
+    def programs(t):
+        return batch * triton.cdiv(tiles_per_row, t)
+
+    def time(t):
+        return max(t + PROGRAM_OVERHEAD_TILES,
+                   (batch * tiles_per_row + programs(t) * PROGRAM_OVERHEAD_TILES) / slots)
+
+    allowed = [t for t in TILE_RANGE if not slots < programs(t) < 2 * slots] or list(TILE_RANGE)
+    return min(allowed, key=lambda t: (time(t), programs(t)))
+
+
 def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The settings of `call` (a call of shapes only, without tensors, gets this kernel's)."""
+    """The settings of `call` (a call of shapes only, without tensors, gets this kernel's at the `mxidx bench`
+    shape's grid on 132 SMs)."""
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
     out = getattr(call, "out", None)
     if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
         grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
         return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
             Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
-    tiles = TILE_CHOICES[1]
-    if out is not None:
-        tiles_per_row = triton.cdiv(call.cap, KEYS.value)
-        fill = [t for t in TILE_CHOICES if call.q_v.shape[0] * triton.cdiv(tiles_per_row, t)
-                >= WAVE_PROGRAMS_PER_SM * sm_count(out.device)]
-        tiles = max(fill) if fill else MIN_TILES
-    return WgmmaSettings(n_pad, h_pad, tiles, True, MAXNREG[n_pad * h_pad])
+    batch, cap, sms = (64, 8192, 132) if out is None else (call.q_v.shape[0], call.cap, sm_count(out.device))
+    return WgmmaSettings(n_pad, h_pad, grid_choice(batch, triton.cdiv(cap, KEYS.value), sms), True, MAXNREG)
 
 
 def launch(c: DecodeCall, s: WgmmaSettings) -> None:
@@ -389,26 +439,26 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
 
 # ============================================================================================ cross-compile specs
 def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *, error_flag: bool = False,
-             ctx_2d: bool = False) -> CompileSpec:
-    """The kernel as the variant launches it by default (sm90 only), with an error flag / 2-D context lengths."""
+             ctx_2d: bool = False, tiles: int = 16) -> CompileSpec:
+    """The kernel as the variant launches it (sm90 only), with an error flag / 2-D context lengths, at 16 tiles per
+    program (groups of 4) or 2 (a pair)."""
     n_pad, h_pad = _padded(next_n, heads)
     base = km.isa_spec("mxfp4", head_dim, page_size, next_n, heads, Target.NVIDIA)
     return CompileSpec(
-        label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}"
+        label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}/T{tiles}"
               + ("/flag" if error_flag else "") + ("/ctx2d" if ctx_2d else ""),
         fn=paged_keys_m_wgmma_kernel, signature=base.signature,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
-                    "TILES": TILE_CHOICES[1], "CTX_2D": ctx_2d,
-                    "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim)},
-        num_warps=NUM_WARPS, maxnreg=MAXNREG[n_pad * h_pad], aligned=base.aligned, targets=("sm90",),
-        scratch_ok="the exact pass for wide-span keys spills under the MAXNREG cap, which keeps the fold loop at 6 "
-                   "programs per SM (docs/perf/h200-decode-ablation.md)")
+                    "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim)},
+        num_warps=NUM_WARPS, maxnreg=MAXNREG, aligned=base.aligned, targets=("sm90",),
+        scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep a word or four of the fold loop on the stack, "
+                   "and at 64 query columns the exact pass and the query state spill outside the loop")
 
 
-#: (D, P, next_n, H, options): the serving shape (and with the error flag and 2-D context lengths), H 64, a small
-#: page with next_n 2, D 64, a large page with 64 query columns
-ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}), (128, 64, 1, 64, {}),
-              (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}))
+#: (D, P, next_n, H, options): the serving shape in groups of 4 and in pairs (and with the error flag and 2-D
+#: context lengths), H 64, a small page with next_n 2, D 64, a large page with 64 query columns
+ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"tiles": 2}), (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}),
+              (128, 64, 1, 64, {}), (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}))
 
 VARIANT = Variant(
     name="mxfp4_keys_m_wgmma", op=Op.DECODE, kv_dtype="mxfp4", targets=frozenset({Target.NVIDIA}),

@@ -623,8 +623,8 @@ def test_launcher_rejects_unknown_names():
 
 def test_wgmma_kernel_cross_compiles():
     """Under the installed triton the Gluon kernel compiles for sm_90 at every shape it reports (`mxidx isa`,
-    the error flag and 2-D context lengths included): FP8 wgmma of N = N_PAD * H_PAD, no stack frame or spills,
-    at least 2 programs per SM."""
+    the error flag and 2-D context lengths included): FP8 wgmma of N = N_PAD * H_PAD, no failed claims (a stack
+    frame only with the spec's reason), the programs per SM grid_choice counts."""
     from tools import isa
 
     kernels, missing = isa.report("sm90", kernel="paged_keys_m_wgmma")
@@ -634,4 +634,29 @@ def test_wgmma_kernel_cross_compiles():
         columns = triton.next_power_of_2(next_n) * max(triton.next_power_of_2(heads), 16 // next_n)
         assert not k.failures, k
         assert [op for op, _ in k.matrix_ops] == [f"wgmma.mma_async.sync.aligned.m64n{columns}k32.f32.e4m3.e4m3"], k
-        assert k.occupancy // k.num_warps >= 2, k
+        assert k.occupancy // k.num_warps == wgmma.programs_per_sm(wgmma.MAXNREG), k     # grid_choice's slots
+
+
+def test_wgmma_grid_choice():
+    """grid_choice over batches 1..512 and contexts 64..256K on 132 SMs: a tile count of TILE_RANGE; one wave
+    (every program resident) whenever a tile count gives one and it is the quickest by the model; never a grid of
+    one to two waves while another choice avoids it; the least modelled time among the allowed choices."""
+    sms = 132
+    slots = wgmma.programs_per_sm(wgmma.MAXNREG) * sms
+    overhead = wgmma.PROGRAM_OVERHEAD_TILES
+    for batch in (1, 3, 8, 17, 32, 64, 100, 128, 256, 512):
+        for context in (64, 1000, 2048, 8192, 32768, 131072, 262144):
+            tpr = triton.cdiv(context, 64)
+            tiles = wgmma.grid_choice(batch, tpr, sms)
+            assert tiles in wgmma.TILE_RANGE
+
+            def programs(t):
+                return batch * triton.cdiv(tpr, t)
+
+            def time(t):
+                waves = programs(t) / slots
+                return t + overhead if waves <= 1 else (batch * tpr + programs(t) * overhead) / slots
+
+            allowed = [t for t in wgmma.TILE_RANGE if not 1 < programs(t) / slots < 2]
+            assert tiles in (allowed or wgmma.TILE_RANGE), (batch, context, tiles)
+            assert all(time(t) >= time(tiles) for t in (allowed or wgmma.TILE_RANGE)), (batch, context, tiles)
