@@ -28,8 +28,9 @@ loop, as in the `tl` kernel, with the other blocks of the key operand zeroed per
 column belong to one block), so one block's 32 products per pair of wgmma. The launch caps the registers (MAXNREG)
 at 4 programs per SM, and grid_choice sizes the programs for that many slots.
 
-Coverage (covers()): sm_90 devices, the planar layout (the tiled one stays with the `tl` kernel: not timed with this
-one), D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills), N_PAD * H_PAD <= 64 query columns.
+Coverage (covers()): sm_90 devices, D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills) in the planar
+layout and D 128 in the tiled one (a thread's C/4 code bytes of a key are one 16-byte block there too, so they
+load as one vector; the scale bytes load one by one), N_PAD * H_PAD <= 64 query columns.
 Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the kernel is checked by
 cross-compilation on the CPU and by the GPU tests.
 """
@@ -106,7 +107,7 @@ def _kperm_block(c, C: gl.constexpr):
 
 @gluon.jit
 def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
-              A: gl.constexpr, P: gl.constexpr, D: gl.constexpr, HAS_FLAG: gl.constexpr):
+              A: gl.constexpr, P: gl.constexpr, D: gl.constexpr, TILED: gl.constexpr, HAS_FLAG: gl.constexpr):
     """Tile `tile` of a sequence: (uint8 [KEYS, D/2] code bytes in the A operand's layout and K order, the keys'
     packed block scales (_mx_key_scale_words, int32) in A's row layout, met with the tile's bad page ids). rows and
     byte: aranges in the slices of key_layout(D). Keys at or past vis_max or on a page that is not ok are not read:
@@ -123,10 +124,10 @@ def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cac
         page_ptr = (cache_ptr + page_off)[:, None]
     t_in = tok % P
     k_ok = tok < gl.where(page_ok, vis_max, 0)
-    codes = gl.load(page_ptr + mxfp4_value_offsets(t_in, byte, P, D, False), mask=k_ok[:, None], other=0)
+    codes = gl.load(page_ptr + mxfp4_value_offsets(t_in, byte, P, D, TILED), mask=k_ok[:, None], other=0)
     # natural byte order (C/4 contiguous bytes a thread: one vector load a key) -> the K order, same registers
     codes = gl.reshape(gl.permute(gl.reshape(codes, [KEYS, 4, C // 16, 4]), (0, 2, 1, 3)), [KEYS, C])
-    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, False).to(gl.int32)
+    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED).to(gl.int32)
     if HAS_FLAG:
         met = gl.where(bad_id != 0, bad_id, met)
     return gl.convert_layout(codes, A, assert_trivial=True), gl.convert_layout(sw, gl.SliceLayout(1, A)), met
@@ -236,6 +237,7 @@ def paged_keys_m_wgmma_kernel(
     stride_w_r, stride_ctx_b, stride_bt_b, stride_out_r,
     N: gl.constexpr, N_PAD: gl.constexpr, H: gl.constexpr, H_PAD: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
     TILES: gl.constexpr, CTX_2D: gl.constexpr, HAS_FLAG: gl.constexpr, PDL: gl.constexpr, KL: gl.constexpr,
+    TILED: gl.constexpr,
 ):
     """paged_keys_m_kernel's arguments for MXFP4 (its docstring), one warpgroup. Grid (B, cdiv(cdiv(cap, 64),
     TILES)); program (b, c) scores tiles c * TILES .. of sequence b. KL: key_layout(D)."""
@@ -298,14 +300,14 @@ def paged_keys_m_wgmma_kernel(
         # a program that is not full, lie past vis_max: they read nothing)
         for i in range(0, gl.where(q_wide, 0, num_tiles), GROUP):
             codes0, sw0, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                                         num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
             codes1, sw1, met = _key_tile(cache_ptr, bt_row, first + i + 1, rows, byte, num_pages, max_pages,
-                                         num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                                         num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
             if GROUP == 4:
                 codes2, sw2, met = _key_tile(cache_ptr, bt_row, first + i + 2, rows, byte, num_pages, max_pages,
-                                             num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                                             num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
                 codes3, sw3, met = _key_tile(cache_ptr, bt_row, first + i + 3, rows, byte, num_pages, max_pages,
-                                             num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                                             num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
             wide_keys = _score_tile(codes0, sw0, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
                                     tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
             wide_keys = _score_tile(codes1, sw1, first, i + 1, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
@@ -325,7 +327,7 @@ def paged_keys_m_wgmma_kernel(
             for i in range(0, num_tiles):
                 if q_wide | (((wide_tiles >> i) & 1) != 0):
                     codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
-                                               num_cache_pages, page_stride, vis_max, met, A, P, D, HAS_FLAG)
+                                               num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
                     sk_max, sk_min = _scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
@@ -353,11 +355,11 @@ class WgmmaSettings:
 
 
 def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> bool:
-    """Whether this kernel runs the call: an sm_90 CUDA device, the planar layout, D in HEAD_DIMS, at most
-    MAX_QUERY_COLUMNS padded query columns."""
+    """Whether this kernel runs the call: an sm_90 CUDA device, D in HEAD_DIMS (either layout: the tiled one
+    takes D 128 only), at most MAX_QUERY_COLUMNS padded query columns."""
     n_pad, h_pad = _padded(next_n, num_heads)
     device = torch.device(device)
-    return (head_dim in HEAD_DIMS and not tiled and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
+    return (head_dim in HEAD_DIMS and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
             and not torch.version.hip and torch.cuda.get_device_capability(device) == CAPABILITY)
 
 
@@ -432,6 +434,7 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
         c.weights.stride(0), c.context_lens.stride(0), c.block_table.stride(0), c.out.stride(0),
         N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
         CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None, KL=key_layout(c.head_dim),
+        TILED=c.tiled,
         num_warps=NUM_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
         **pdl_launch(s.pdl, c.out.device),
     )
@@ -439,25 +442,27 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
 
 # ============================================================================================ cross-compile specs
 def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *, error_flag: bool = False,
-             ctx_2d: bool = False, tiles: int = 16) -> CompileSpec:
+             ctx_2d: bool = False, tiles: int = 16, tiled: bool = False) -> CompileSpec:
     """The kernel as the variant launches it (sm90 only), with an error flag / 2-D context lengths, at 16 tiles per
-    program (groups of 4) or 2 (a pair)."""
+    program (groups of 4) or 2 (a pair), on planar or tiled pages."""
     n_pad, h_pad = _padded(next_n, heads)
     base = km.isa_spec("mxfp4", head_dim, page_size, next_n, heads, Target.NVIDIA)
     return CompileSpec(
-        label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}/T{tiles}"
+        label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}/T{tiles}" + ("/tiled" if tiled else "")
               + ("/flag" if error_flag else "") + ("/ctx2d" if ctx_2d else ""),
         fn=paged_keys_m_wgmma_kernel, signature=base.signature,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
-                    "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim)},
+                    "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
+                    "TILED": tiled},
         num_warps=NUM_WARPS, maxnreg=MAXNREG, aligned=base.aligned, targets=("sm90",),
         scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep a word or four of the fold loop on the stack, "
                    "and at 64 query columns the exact pass and the query state spill outside the loop")
 
 
-#: (D, P, next_n, H, options): the serving shape in groups of 4 and in pairs (and with the error flag and 2-D
-#: context lengths), H 64, a small page with next_n 2, D 64, a large page with 64 query columns
-ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"tiles": 2}), (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}),
+#: (D, P, next_n, H, options): the serving shape in groups of 4, in pairs, on tiled pages (and with the error flag
+#: and 2-D context lengths), H 64, a small page with next_n 2, D 64, a large page with 64 query columns
+ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"tiles": 2}), (128, 64, 1, 32, {"tiled": True}),
+              (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}),
               (128, 64, 1, 64, {}), (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}))
 
 VARIANT = Variant(

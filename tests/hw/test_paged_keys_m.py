@@ -136,8 +136,9 @@ def wgmma_param():
     return pytest.param(WGMMA, marks=pytest.mark.gpu)
 
 
-#: the MXFP4 layouts and fold kernels of the single-key tests (the Hopper kernel takes the planar layout)
-LAYOUT_PATHS = [("mxfp4", "fold"), ("mxfp4_tiled", "fold"), pytest.param("mxfp4", WGMMA, marks=pytest.mark.gpu)]
+#: the MXFP4 layouts and fold kernels of the single-key tests
+LAYOUT_PATHS = [("mxfp4", "fold"), ("mxfp4_tiled", "fold"), pytest.param("mxfp4", WGMMA, marks=pytest.mark.gpu),
+                pytest.param("mxfp4_tiled", WGMMA, marks=pytest.mark.gpu)]
 
 
 def skip_unless_covered(path: str, device, head_dim: int, next_n: int, heads: int, layout: str | None) -> None:
