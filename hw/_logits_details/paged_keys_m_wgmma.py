@@ -455,8 +455,8 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
                     "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
                     "TILED": tiled},
         num_warps=NUM_WARPS, maxnreg=MAXNREG, aligned=base.aligned, targets=("sm90",),
-        scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep a word or four of the fold loop on the stack, "
-                   "and at 64 query columns the exact pass and the query state spill outside the loop")
+        scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep a word or four of the fold loop on the "
+                   "stack, and at 64 query columns the exact pass and the query state spill outside the loop")
 
 
 #: (D, P, next_n, H, options): the serving shape in groups of 4, in pairs, on tiled pages (and with the error flag
