@@ -7,9 +7,9 @@ the top-k goes, instruction by instruction.
 CASE: fp8 | mxfp4 (the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, the `mxidx bench`
 shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile the second
 launch (a scorer: KERNEL paged_keys_m_kernel, or paged_keys_m_wgmma_kernel for MXFP4 on sm_90, `--launch-skip 1
--c 1`; the top-k's two kernels: KERNEL '_topk_row_kernel|_order_kernel', `--launch-skip 2 -c 2`). The tables of docs/perf/ncu are the metric rows of
-`ncu -i REPORT --page details --csv` (kernel, block, grid, section, metric, unit, value); the per-instruction samples
-come from `--page source --csv --print-source sass`.
+-c 1`; the top-k's two kernels: KERNEL '_topk_row_kernel|_order_kernel', `--launch-skip 2 -c 2`). The tables of
+docs/perf/ncu are the metric rows of `ncu -i REPORT --page details --csv` (kernel, block, grid, section, metric,
+unit, value); the per-instruction samples come from `--page source --csv --print-source sass`.
 """
 import sys
 

@@ -81,8 +81,8 @@ HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each o
 #: N_PAD * H_PAD: the exact pass holds two fp32 [64, N_PAD * H_PAD] tiles, which spill at 128 query columns
 MAX_QUERY_COLUMNS = 64
 CAPABILITY = (9, 0)                 # wgmma
-#: the register cap: the fold loop, with a group of 4 tiles' codes in flight, stays spill-free under it at up to 64
-#: query columns (the rare exact pass spills at 64); 4 programs per SM
+#: the register cap, 4 programs per SM: with a group of 4 tiles' codes in flight the fold loop fits in it at up to
+#: 64 query columns but for a few stack words (one reload per group); the rare exact pass spills at 64
 MAXNREG = 128
 REGISTERS_PER_SM = 65536            # sm_90
 #: 64-key tiles per program: 2 (scored as a pair) or a multiple of 4 (in groups of 4) up to MAX_TILES
@@ -381,7 +381,7 @@ def grid_choice(batch: int, tiles_per_row: int, sms: int) -> int:
     programs_per_sm): a grid of one wave takes one program's time, tiles + PROGRAM_OVERHEAD_TILES; a longer one
     spreads all tiles and overheads over the slots, (tiles of all rows + programs x overhead) / slots. Grids of one
     to two waves are left out (their second wave runs on a few SMs), unless every choice is one. The least time
-    wins, a tie to the fewer programs. Fitted to a sweep of 7 shapes on the H200
+    wins, a tie to the fewer programs. Fitted to sweeps of 7 shapes on the H200 and checked on 8
     (docs/perf/h200-decode-ablation.md, the MXFP4 scorer's grid)."""
     slots = programs_per_sm(MAXNREG) * sms
 
@@ -397,8 +397,8 @@ def grid_choice(batch: int, tiles_per_row: int, sms: int) -> int:
 
 
 def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The settings of `call` (a call of shapes only, without tensors, gets this kernel's at the `mxidx bench`
-    shape's grid on 132 SMs)."""
+    """The settings of `call`; a call of shapes only (no tensors) gets those of the `mxidx bench` shape on 132
+    SMs."""
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
     out = getattr(call, "out", None)
     if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
@@ -455,8 +455,9 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
                     "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
                     "TILED": tiled},
         num_warps=NUM_WARPS, maxnreg=MAXNREG, aligned=base.aligned, targets=("sm90",),
-        scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep a word or four of the fold loop on the "
-                   "stack, and at 64 query columns the exact pass and the query state spill outside the loop")
+        scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep up to four words of the fold loop on "
+                   "the stack (one reload per group of tiles), and at 64 query columns the exact pass and the query "
+                   "state spill outside the loop")
 
 
 #: (D, P, next_n, H, options): the serving shape in groups of 4, in pairs, on tiled pages (and with the error flag
