@@ -257,10 +257,15 @@ def test_matches_reference(case: Case, device):
 
 
 #: the fold loop's wide-key handling: wide keys in the first tile and the last, a NaN key, planar D 128 (32-bit
-#: scale loads) and tiled D 128 (byte scale loads)
+#: scale loads) and tiled D 128 (byte scale loads); programs of 8 tiles (the Hopper kernel's groups of 4, the last
+#: group partial) on pages of 64 and 128 keys (one page lookup per tile), planar and tiled
 FOLD_LOOP_CASES = [Case("mxfp4", 128, 16, 2, 1, (70, 33), 80, 5, nan_token=(1, 3), spans=(((0, 66), 20), ((0, 5), 14)),
                         tokens_per_program=128),
-                   Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128)]
+                   Case("mxfp4_tiled", 128, 16, 2, 1, (40,), 48, 3, spans=(((0, 3), 15),), tokens_per_program=128),
+                   Case("mxfp4", 128, 64, 2, 1, (300, 70), 320, 6, nan_token=(0, 200), spans=(((0, 250), 20),),
+                        tokens_per_program=512),
+                   Case("mxfp4", 128, 128, 3, 2, (300, 129), 320, 3, spans=(((1, 128), 14),), tokens_per_program=512),
+                   Case("mxfp4_tiled", 128, 64, 2, 1, (260,), 320, 5, nan_token=(0, 259), tokens_per_program=512)]
 
 
 @pytest.mark.parametrize("path", ["fold", wgmma_param()])
