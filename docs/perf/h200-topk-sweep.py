@@ -5,6 +5,11 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
 
   ordering  warps of the selecting kernels x composites per ordering range x splitter samples per range
   launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
+  occupancy register caps of the selecting kernels and of the ordering kernel (programs per SM), on the 64-row
+            widths and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns, compared
+            with the uncapped launch's indices); `select_us` times the selecting kernels alone
+  rank      composites per ordering range x warps of the ordering kernel, and the selecting kernels' register
+            cap, on the same rows as `occupancy` (with `select_us`)
 """
 import dataclasses
 import json
@@ -23,27 +28,63 @@ GRIDS = {
     "launch": {8192: [dict(order_warps=o) for o in (2, 4, 8)],
                131072: [dict(order_warps=o, block=b) for o in (2, 4, 8) for b in (4096, 8192, 16384)]},
 }
+_CAPS = [dict(maxnreg=s, order_maxnreg=o) for s in (None, 128, 80) for o in (None, 48)]
+GRIDS["occupancy"] = {8192: _CAPS, 131072: _CAPS, "causal": _CAPS}
+_RANK = [dict(segment=s, order_warps=w) for s in (64, 128, 256) for w in (2, 4)] + [dict(maxnreg=128)]
+GRIDS["rank"] = {8192: _RANK, 131072: _RANK, "causal": _RANK}
 GRID = GRIDS[sys.argv[2]]
+
+
+class _Skipped:
+    """Stands in for a kernel that a timing probe leaves out."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def _cases():
+    """(label, logits, lengths, reference indices, torch.topk's time) per column set of GRID."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for width in (w for w in (8192, 131072) if w in GRID):
+        logits = torch.randn(ROWS, width, device="cuda", generator=gen)
+        lengths = torch.full((ROWS,), width, dtype=torch.int32, device="cuda")
+        ref = _graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
+        yield width, logits, lengths, torch.topk(logits, K, dim=1).indices.to(torch.int32), ref
+    if "causal" in GRID:
+        logits = torch.randn(8192, 8192, device="cuda", generator=gen)
+        lengths = torch.arange(1, 8193, dtype=torch.int32, device="cuda")
+        padded = logits.masked_fill(torch.arange(8192, device="cuda") >= lengths[:, None], float("-inf"))
+        ref = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=3, replays=30)
+        yield "causal", logits, lengths, None, ref
+
 
 choose_device("cuda")
 results = []
-for width in (8192, 131072):
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    logits = torch.randn(ROWS, width, device="cuda", generator=gen)
-    lengths = torch.full((ROWS,), width, dtype=torch.int32, device="cuda")
-    out = torch.empty((ROWS, K), dtype=torch.int32, device="cuda")
-    want = torch.topk(logits, K, dim=1).indices.to(torch.int32)
-    ref = _graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
-    results.append({"width": width, "case": "torch.topk", "time_us": ref})
-    for setting in GRID[width]:
-        tiling = dataclasses.replace(radix_fast.fast_tiling(width, K), **setting)
-        row = {"width": width, **setting}
+for label, logits, lengths, want, ref in _cases():
+    width = logits.shape[1]
+    inner = 3 if label == "causal" else 20
+    out = torch.empty((logits.shape[0], K), dtype=torch.int32, device="cuda")
+    if want is None:   # the uncapped default launch's indices (exact in the tests)
+        radix_fast._launch(logits, lengths, None, out, radix_fast.fast_tiling(width, K, pdl=True))
+        want = out.clone()
+    results.append({"width": label, "case": "torch.topk", "time_us": ref})
+    for setting in GRID[label]:
+        tiling = dataclasses.replace(radix_fast.fast_tiling(width, K, pdl=True), **setting)
+        row = {"width": label, **setting}
         try:
             out.fill_(-7)
             radix_fast._launch(logits, lengths, None, out, tiling)
             row["exact"] = bool(torch.equal(out, want))
-            us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=20, replays=30)
+            us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
+                                replays=30)
             row.update(time_us=us, vs_torch=us / ref)
+            if sys.argv[2] in ("occupancy", "rank"):
+                order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
+                try:
+                    row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],
+                                                      inner=inner, replays=30)
+                finally:
+                    radix_fast._order_kernel = order
         except Exception as e:  # noqa: BLE001 -- a configuration that fails is recorded
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         results.append(row)

@@ -10,7 +10,6 @@ candidates) with a small tile and with a tiny one (candidates overflow, streamin
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +55,8 @@ CASES = [
     Case("k_gt_width", 10, 37, (10, 3, 0, 25, -4), values="special"),
     Case("width_1", 1, 2, (1, 0, 5)),
     Case("k1", 1100, 1, (1100, 1, 0, 600), values="ties"),
+    # k past one padding block of the ordering: rows shorter than k padded over several blocks
+    Case("k300", 900, 300, (900, 299, 10, 0)),
     Case("row_stride", 333, 20, (333, 100, 333), row_gap=13),
     # ragged prefill: starts (start == end, start > end, negative start) with absolute indices
     Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties", starts=(0, 300, 40, 700, -5, 10)),
@@ -136,7 +137,7 @@ def test_launch_constants():
     """Powers of two; the long path's groups fit the tile; probes x candidates within PROBE_ELEMS."""
     for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 31 - 1, 64)]:
         t = radix_fast.fast_tiling(width, k)
-        assert all(v & (v - 1) == 0 for v in dataclasses.astuple(t)), (width, k, t)
+        assert all(v & (v - 1) == 0 for v in (t.tile_w, t.cap, t.block, t.segment, t.samples)), (width, k, t)
         assert t.block <= 2 ** 16 and t.cap <= radix_fast.MAX_LONG_CAP
         if width > t.tile_w:
             assert -(-width // radix_fast.group_size(width, t.tile_w)) <= t.tile_w
@@ -146,18 +147,18 @@ def test_launch_constants():
 
 def test_order_segment_overflow(device):
     """Splitters from a skewed sample leave ranges with more composites than the sort width: a range of up to
-    twice that is sorted at twice the width, a larger one at the full width; same result. The selection of these
+    twice that is sorted at twice the width, a larger one ranked by counting; same result. The selection of these
     rows is stored in column order and every 8th slot is sampled, so making every 8th column one of the largest
-    puts the splitters at the top: the last range of row 0 holds 113 composites (full width), of row 1 53 (twice
-    the width), row 2's 3 fit."""
+    puts the splitters at the top: the last range of row 0 holds 113 composites (ranked), of row 3 88 (ranked,
+    the selection not a whole number of rank chunks), of row 1 54 (twice the width), row 2's 3 fit."""
     width, k = 128, 128
     tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK, segment=16,
                         samples=2)
-    assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, seg_cap=32)
+    assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, bucket=64)
     cols = np.arange(width)
-    x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(3, 0)
-    lengths = np.array([128, 60, 3])
-    out = torch.full((3, k), 12345, dtype=torch.int32, device=device)
+    x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(4, 0)
+    lengths = np.array([128, 60, 3, 100])
+    out = torch.full((4, k), 12345, dtype=torch.int32, device=device)
     radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
                        None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
