@@ -8,8 +8,8 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
   occupancy register caps of the selecting kernels and of the ordering kernel (programs per SM), on the 64-row
             widths and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns, compared
             with the uncapped launch's indices); `select_us` times the selecting kernels alone
-  rank      composites per ordering range x warps of the ordering kernel, and the selecting kernels' register
-            cap, on the same rows as `occupancy` (with `select_us`)
+  rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
+            8192 columns and on the 8192 causal rows (with `select_us`)
 """
 import dataclasses
 import json
@@ -30,8 +30,9 @@ GRIDS = {
 }
 _CAPS = [dict(maxnreg=s, order_maxnreg=o) for s in (None, 128, 80) for o in (None, 48)]
 GRIDS["occupancy"] = {8192: _CAPS, 131072: _CAPS, "causal": _CAPS}
-_RANK = [dict(segment=s, order_warps=w) for s in (64, 128, 256) for w in (2, 4)] + [dict(maxnreg=128)]
-GRIDS["rank"] = {8192: _RANK, 131072: _RANK, "causal": _RANK}
+ROW_COUNTS = (132, 264, 528, 1056, 2112)
+GRIDS["rows"] = {**{(r, 8192): [dict(maxnreg=None), dict(maxnreg=128)] for r in ROW_COUNTS},
+                 "causal": [dict(maxnreg=None), dict(maxnreg=128)]}
 GRID = GRIDS[sys.argv[2]]
 
 
@@ -45,11 +46,13 @@ class _Skipped:
 def _cases():
     """(label, logits, lengths, reference indices, torch.topk's time) per column set of GRID."""
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for width in (w for w in (8192, 131072) if w in GRID):
-        logits = torch.randn(ROWS, width, device="cuda", generator=gen)
-        lengths = torch.full((ROWS,), width, dtype=torch.int32, device="cuda")
+    for rows, width in [(ROWS, w) for w in (8192, 131072) if w in GRID] + [key for key in GRID if
+                                                                              isinstance(key, tuple)]:
+        logits = torch.randn(rows, width, device="cuda", generator=gen)
+        lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
         ref = _graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
-        yield width, logits, lengths, torch.topk(logits, K, dim=1).indices.to(torch.int32), ref
+        label = width if rows == ROWS else (rows, width)
+        yield label, logits, lengths, torch.topk(logits, K, dim=1).indices.to(torch.int32), ref
     if "causal" in GRID:
         logits = torch.randn(8192, 8192, device="cuda", generator=gen)
         lengths = torch.arange(1, 8193, dtype=torch.int32, device="cuda")
@@ -62,7 +65,7 @@ choose_device("cuda")
 results = []
 for label, logits, lengths, want, ref in _cases():
     width = logits.shape[1]
-    inner = 3 if label == "causal" else 20
+    inner = 20 if logits.shape[0] <= ROWS else 3
     out = torch.empty((logits.shape[0], K), dtype=torch.int32, device="cuda")
     if want is None:   # the uncapped default launch's indices (exact in the tests)
         radix_fast._launch(logits, lengths, None, out, radix_fast.fast_tiling(width, K, pdl=True))
@@ -78,7 +81,7 @@ for label, logits, lengths, want, ref in _cases():
             us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
                                 replays=30)
             row.update(time_us=us, vs_torch=us / ref)
-            if sys.argv[2] in ("occupancy", "rank"):
+            if sys.argv[2] in ("occupancy", "rows"):
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:
                     row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],

@@ -22,14 +22,13 @@ column order into a per-row scratch and the narrowing finishes on a CAP-wide reg
 round. The k_eff selected columns are compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 - column):
 descending composite order is the (value desc, column asc) rule), into a per-row scratch.
 
-Ordering them is a sample sort without a sort: composites are distinct, so a composite's place in descending
-order is the number of composites greater than it, counted chunk by chunk (`_store_ranked`), where tl.sort is a
-long chain of shuffles and barriers (docs/perf/h200-topk.md). The selecting program ranks a sample (every
-STRIDE-th selected composite), takes splitters from it and scatters the selection into SEGMENTS ranges of the
-composite order (`_partition`); then `_order_kernel` (rows x SEGMENTS programs, all SMs) ranks each range among
-itself and stores it at its offset, the sizes of the ranges above it. The ranges and offsets are exact whatever
-the sample; a sample that missed only makes a range larger (slower: past its bucket, a range is ranked from the
-whole selection). The tail is padded with -1.
+Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
+and barriers (26 of the 43 us of 64 x 8192 at k = 2048 on the H200, docs/perf/h200-topk-phases.json), while the
+sort of a few hundred is short. So the selecting program sorts a sample (every STRIDE-th selected composite),
+takes splitters from it and scatters the selection into SEGMENTS ranges of the composite order (`_partition`);
+then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and stores it at its rank offset, the
+sizes of the ranges above it. Composites are distinct, so the ranges and offsets are exact whatever the sample;
+a sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
 
 Two paths, picked from the width alone (the grid depends only on shapes):
 
@@ -71,8 +70,8 @@ TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff 
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
 ORDER_WARPS = 4
-RANK_ROWS = 64           # _store_ranked: composites ranked at a time ...
-RANK_CHUNK = 16          # ... against this many at a time
+RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
+RANK_CHUNK = 16          # time against this many at a time
 PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
                          # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
@@ -82,7 +81,6 @@ _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top se
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
 _RANK_MASK = tl.constexpr(0xFFFF)
-_PAD_BLOCK = tl.constexpr(256)         # -1 padding stored this many slots at a time
 
 
 @dataclass(frozen=True)
@@ -114,17 +112,17 @@ class Ordering:
     """Constexprs of _order_kernel for one launch."""
     segments: int   # programs per row
     stride: int     # sample stride
-    bucket: int     # composites a range's bucket holds (a range holding more is ranked from the whole selection)
+    seg_cap: int    # sort width of a segment
 
 
 def ordering(k: int, tiling: FastTiling) -> Ordering:
     """How _order_kernel splits a selection of up to k_pad(k) columns into ranges of about tiling.segment: one
-    program per row when that is all (no buckets), else k_pad / segment programs, between splitters from a sample
-    of tiling.samples per segment, each range bucketed up to 4 * segment (a sample that missed)."""
+    program per row when that is all, else k_pad / segment programs sorting up to 2 * segment each, between
+    splitters from a sample of tiling.samples per segment."""
     width = k_pad(k)
     if width <= tiling.segment:
-        return Ordering(1, 1, 1)
-    return Ordering(width // tiling.segment, max(1, tiling.segment // tiling.samples), 4 * tiling.segment)
+        return Ordering(1, 1, width)
+    return Ordering(width // tiling.segment, max(1, tiling.segment // tiling.samples), 2 * tiling.segment)
 
 
 def probe_bits(cap: int) -> int:
@@ -283,47 +281,24 @@ def _split_groups(row_ptr, gid_ptr, n_groups, start, end, lo, above, k_eff, out_
 
 
 @triton.jit
-def _store_ranked(src, n, lower, upper, dst, RANK_ROWS: tl.constexpr, RANK_CHUNK: tl.constexpr):
-    """Store the columns of the composites c of src[0 .. n) with lower < c <= upper to dst[rank], rank = how many
-    of them are greater than c: descending composite order, as composites are distinct. RANK_ROWS composites are
-    ranked at a time against RANK_CHUNK at a time (n^2 compares, no sort network, few registers)."""
-    i = tl.arange(0, RANK_ROWS)
-    jj = tl.arange(0, RANK_CHUNK)
-    for i0 in range(0, n, RANK_ROWS):
-        comp = tl.load(src + i0 + i, mask=i0 + i < n, other=_EMPTY_SLOT)
-        rank = tl.zeros([RANK_ROWS], tl.int32)
-        for j0 in range(0, n, RANK_CHUNK):
-            other = tl.load(src + j0 + jj, mask=j0 + jj < n, other=_EMPTY_SLOT)
-            other = tl.where((other > lower) & (other <= upper), other, _EMPTY_SLOT)
-            rank += tl.sum((other[None, :] > comp[:, None]).to(tl.int32), 1)
-        tl.store(dst + rank, comp.to(tl.int32) ^ _INT32_MAX, mask=(comp > lower) & (comp <= upper))
-
-
-@triton.jit
 def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.constexpr,
-               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, BUCKET: tl.constexpr, RANK_CHUNK: tl.constexpr):
+               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
     """Split the k_eff selected composites sel_row[0 .. k_eff) of `row` into SEGMENTS ranges of the composite
-    order for _order_kernel (SEGMENTS > 1; with one, the ordering ranks sel_row whole). The bounds come from a
-    sample (every STRIDE-th slot) ranked by counting: range j is (lower[j], lower[j - 1]] with lower[j] the
-    sample's ((j + 1) * PER)-th largest (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
-    Stores the row's lower[j] and count[j] = the composites in range j, and the first BUCKET of them (any order)
-    to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
-    bucket_row = bucket_ptr + row * (SEGMENTS * BUCKET)
+    order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
+    sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
+    (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
+    Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
+    bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
     count_row = count_ptr + row * SEGMENTS
     lower_row = lower_ptr + row * SEGMENTS
     SAMPLES: tl.constexpr = K_PAD // STRIDE
     PER: tl.constexpr = SAMPLES // SEGMENTS
     tl.debug_barrier()   # the selection was stored by other threads of this program
     s = tl.arange(0, SAMPLES)
-    sample = tl.load(sel_row + s * STRIDE, mask=s * STRIDE < k_eff, other=_EMPTY_SLOT)
-    # rank = samples above: distinct for the filled ones (0 .. F - 1), F for every empty one
-    rank = tl.zeros([SAMPLES], tl.int32)
-    jj = tl.arange(0, RANK_CHUNK)
-    for j0 in range(0, SAMPLES, RANK_CHUNK):
-        other = tl.load(sel_row + (j0 + jj) * STRIDE, mask=(j0 + jj) * STRIDE < k_eff, other=_EMPTY_SLOT)
-        rank += tl.sum((other[None, :] > sample[:, None]).to(tl.int32), 1)
+    sample = tl.sort(tl.load(sel_row + s * STRIDE, mask=s * STRIDE < k_eff, other=_EMPTY_SLOT), descending=True)
     j = tl.arange(0, SEGMENTS)
-    lower = tl.max(tl.where(rank[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
+    lower = tl.max(tl.where(s[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
     tl.store(lower_row + j, lower)
     tl.store(count_row + j, tl.zeros((SEGMENTS,), tl.int32))   # here, not by a memset kernel before the launch
     slots = tl.arange(0, K_PAD)
@@ -333,8 +308,16 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
     seg = slots * 0
     for b in tl.static_range(SEGMENTS - 1):   # scalar bounds: a [K_PAD, SEGMENTS] compare tile would spill
         seg += (comp <= tl.load(lower_row + b)).to(tl.int32)
-    slot = tl.atomic_add(count_row + seg, 1, mask=filled, sem="relaxed")
-    tl.store(bucket_row + seg * BUCKET + slot, comp, mask=filled & (slot < BUCKET))
+    rank = tl.atomic_add(count_row + seg, 1, mask=filled, sem="relaxed")
+    tl.store(bucket_row + seg * (2 * SEG_CAP) + rank, comp, mask=filled & (rank < 2 * SEG_CAP))
+
+
+@triton.jit
+def _sort_store(src, count, dst, WIDTH: tl.constexpr):
+    """Sort the composites src[0 .. count) (count <= WIDTH) in descending order; store their columns to dst."""
+    i = tl.arange(0, WIDTH)
+    part = tl.sort(tl.load(src + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
+    tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
 
 
 # ----------------------------------------------------------------------------------------------------- kernels
@@ -345,7 +328,7 @@ def _topk_row_kernel(
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
-    bucket_ptr,           # *i64 [rows, SEGMENTS, BUCKET], count_ptr *i32 [rows, SEGMENTS], lower_ptr
+    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS], lower_ptr
     count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
     lower_ptr,
     width,                # i32 W <= TILE_W
@@ -358,8 +341,7 @@ def _topk_row_kernel(
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
-    BUCKET: tl.constexpr,
-    RANK_CHUNK: tl.constexpr,
+    SEG_CAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -387,8 +369,7 @@ def _topk_row_kernel(
     if direct == 0:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, BUCKET,
-                   RANK_CHUNK)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -440,8 +421,7 @@ def _topk_long_kernel(
     GROUP: tl.constexpr,  # columns per group of gmax
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
-    BUCKET: tl.constexpr,
-    RANK_CHUNK: tl.constexpr,
+    SEG_CAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -486,8 +466,7 @@ def _topk_long_kernel(
     if ge_lo - above <= CAP:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, BUCKET,
-                   RANK_CHUNK)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -504,40 +483,60 @@ def _order_kernel(
     HAS_STARTS: tl.constexpr,
     K_PAD: tl.constexpr,
     SEGMENTS: tl.constexpr,     # programs per row (grid axis 1); 1: the program sorts the whole selection
-    BUCKET: tl.constexpr,       # composites per range's bucket
-    RANK_ROWS: tl.constexpr,    # _store_ranked's tiles
-    RANK_CHUNK: tl.constexpr,
+    SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
+    RANK_ROWS: tl.constexpr,    # a range that holds more still: members ranked at a time ...
+    RANK_CHUNK: tl.constexpr,   # ... against this many at a time
     PDL: tl.constexpr,
 ):
-    """Order range `program_id(1)` of one row's selection (see _partition): rank its composites among themselves
-    and store their columns at the range's offset, the number of selected composites in the ranges above. A range
-    holding more than BUCKET composites (a sample that missed) is ranked from the whole selection, its members
-    picked by the range's bounds: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
+    """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
+    columns at its rank offset, the number of selected composites in the ranges above. The sort is SEG_CAP wide,
+    a half or a quarter of that for a range holding no more, twice that for one holding more (a sample that
+    missed). A range holding more than 2 * SEG_CAP (skewed samples) places each member at its rank, the number of
+    members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a time: slower, same
+    result. Program 0 pads out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
     sel_row = sel_ptr + row * K_PAD
     out_row = out_ptr + row * k
     _, _, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    slots = tl.arange(0, K_PAD)
     if SEGMENTS == 1:
-        _store_ranked(sel_row, k_eff, _EMPTY_SLOT, _COMPOSITE_MAX, out_row, RANK_ROWS, RANK_CHUNK)
+        ordered = tl.sort(tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT), descending=True)
+        tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
     else:
         j = tl.arange(0, SEGMENTS)
         counts = tl.load(count_ptr + row * SEGMENTS + j)
         count = tl.sum(tl.where(j == seg, counts, 0), 0)
         offset = tl.sum(tl.where(j < seg, counts, 0), 0)
-        lower = tl.load(lower_ptr + row * SEGMENTS + seg)
-        upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
-        upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
-        if count <= BUCKET:
-            _store_ranked(bucket_ptr + (row * SEGMENTS + seg) * BUCKET, count, lower, upper, out_row + offset,
-                          RANK_ROWS, RANK_CHUNK)
-        else:
-            _store_ranked(sel_row, k_eff, lower, upper, out_row + offset, RANK_ROWS, RANK_CHUNK)
-    # program 0 pads
-    pad = tl.arange(0, _PAD_BLOCK)
-    for p0 in range(tl.where(seg == 0, k_eff, k), k, _PAD_BLOCK):
-        tl.store(out_row + p0 + pad, -1, mask=p0 + pad < k)
+        bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
+        # the narrowest sort that holds the range (the sort's chain grows with its width)
+        if count <= SEG_CAP // 4:
+            _sort_store(bucket, count, out_row + offset, SEG_CAP // 4)
+        elif count <= SEG_CAP // 2:
+            _sort_store(bucket, count, out_row + offset, SEG_CAP // 2)
+        elif count <= SEG_CAP:
+            _sort_store(bucket, count, out_row + offset, SEG_CAP)
+        elif count <= 2 * SEG_CAP:
+            _sort_store(bucket, count, out_row + offset, 2 * SEG_CAP)
+        else:   # rank each member by counting the members above it, a chunk of the selection at a time: a
+                # K_PAD-wide sort tile here would size every program's registers (docs/perf/h200-topk.md)
+            lower = tl.load(lower_ptr + row * SEGMENTS + seg)
+            upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
+            upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
+            i = tl.arange(0, RANK_ROWS)
+            jj = tl.arange(0, RANK_CHUNK)
+            for i0 in range(0, k_eff, RANK_ROWS):
+                comp = tl.load(sel_row + i0 + i, mask=i0 + i < k_eff, other=_EMPTY_SLOT)
+                rank = tl.zeros([RANK_ROWS], tl.int32)
+                for j0 in range(0, k_eff, RANK_CHUNK):
+                    other = tl.load(sel_row + j0 + jj, mask=j0 + jj < k_eff, other=_EMPTY_SLOT)
+                    other = tl.where((other <= upper) & (other > lower), other, _EMPTY_SLOT)
+                    rank += tl.sum((other[None, :] > comp[:, None]).to(tl.int32), 1)
+                tl.store(out_row + offset + rank, comp.to(tl.int32) ^ _INT32_MAX,
+                         mask=(comp <= upper) & (comp > lower))
+        pad_from = tl.where(seg == 0, k_eff, k)   # program 0 pads
+        tl.store(out_row + slots, -1, mask=(slots >= pad_from) & (slots < k))
 
 
 # ---------------------------------------------------------------------------------------------------- launcher
@@ -565,12 +564,12 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   num_warps=tiling.num_warps, **_cap(tiling.maxnreg))
     order = ordering(k, tiling)
-    common.update(SEGMENTS=order.segments, STRIDE=order.stride, BUCKET=order.bucket, RANK_CHUNK=RANK_CHUNK)
+    common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
-    parts = (torch.empty((rows, order.segments, order.bucket), dtype=torch.int64, device=device),
+    parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
              torch.empty((rows, order.segments), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
@@ -589,7 +588,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
                                    **pdl)
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, BUCKET=order.bucket, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
         num_warps=tiling.order_warps, **_cap(tiling.order_maxnreg), **pdl)
 
 
@@ -615,12 +614,11 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
     order = ordering(k, tiling)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "SEGMENTS": order.segments, "STRIDE": order.stride, "BUCKET": order.bucket, "RANK_CHUNK": RANK_CHUNK,
-              "PDL": tiling.pdl}
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
-                    "BUCKET": order.bucket, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
+                    "SEG_CAP": order.seg_cap, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,

@@ -150,15 +150,16 @@ def test_order_segment_overflow(device):
     twice that is sorted at twice the width, a larger one ranked by counting; same result. The selection of these
     rows is stored in column order and every 8th slot is sampled, so making every 8th column one of the largest
     puts the splitters at the top: the last range of row 0 holds 113 composites (ranked), of row 3 88 (ranked,
-    the selection not a whole number of rank chunks), of row 1 54 (twice the width), row 2's 3 fit."""
+    the selection not a whole number of rank chunks), of row 1 54 (twice the width); row 4's 18, row 5's 14 and
+    row 2's 3 take the sort width, a half and a quarter of it."""
     width, k = 128, 128
     tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK, segment=16,
                         samples=2)
-    assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, bucket=64)
+    assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, seg_cap=32)
     cols = np.arange(width)
-    x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(4, 0)
-    lengths = np.array([128, 60, 3, 100])
-    out = torch.full((4, k), 12345, dtype=torch.int32, device=device)
+    lengths = np.array([128, 60, 3, 100, 20, 14])
+    x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(len(lengths), 0)
+    out = torch.full((len(lengths), k), 12345, dtype=torch.int32, device=device)
     radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
                        None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
