@@ -55,7 +55,7 @@ import triton.language as tl
 
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant
+from ..targets import Op, Target, Variant, sm_count
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 
 FAST_MAX_K = 4096        # the selecting program partitions all K_PAD selected composites in registers
@@ -75,6 +75,8 @@ RANK_CHUNK = 16          # time against this many at a time
 PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
                          # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
+MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
+SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
@@ -98,11 +100,14 @@ class FastTiling:
     order_maxnreg: int | None = None  # ... and of _order_kernel
 
 
-def fast_tiling(width: int, k: int, pdl: bool = False) -> FastTiling:
+def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
-    variant's choice on NVIDIA)."""
+    variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (0: not known). From
+    MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel runs under SHARED_SM_MAXNREG registers, two programs
+    per SM; below that, one per SM is faster (docs/perf/h200-topk.md)."""
     if width <= TILE_W:
-        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl)
+        shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
+        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK,
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
 
@@ -608,10 +613,11 @@ _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
                    "width": "i32", "stride_row": "i32", "groups": "i32"}
 
 
-def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
-    """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec)."""
-    tiling = fast_tiling(width, k, pdl=True)
-    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "")
+def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
+    """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec);
+    many_rows: at MANY_ROWS_PER_SM rows per SM or more."""
+    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
@@ -623,7 +629,10 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     if width <= tiling.tile_w:
         return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
                             constexprs=common | {"TILE_W": max(triton.next_power_of_2(width), MIN_K_PAD)},
-                            targets=ISA_TARGETS), order_spec)
+                            maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
+                            scratch_ok="" if tiling.maxnreg is None else
+                            "two programs per SM, a few spilled words: 4-8 % faster from 1056 rows on the H200 "
+                            "(docs/perf/h200-topk-rows.json)"), order_spec)
     group = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
@@ -638,19 +647,27 @@ def isa_specs(width: int, k: int, has_starts: bool) -> tuple[CompileSpec, ...]:
     )
 
 
-# decode rows at the reference k (on chip and long), ragged prefill rows, a small k
-ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False))
+# decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill)
+ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
+              (8192, 2048, False, True))
 
 
 def _launch_variant(call, tiling: FastTiling) -> None:
     _launch(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
+def _settings(target: Target, call) -> FastTiling:
+    rows, width = call.logits.shape
+    nvidia = target is Target.NVIDIA
+    return fast_tiling(width, call.k, pdl=nvidia, rows=rows,
+                       sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
+
+
 #: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs (into VGPR lanes)
 VARIANT = Variant(
     name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
     default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
-    settings=lambda target, call: fast_tiling(call.logits.shape[1], call.k, pdl=target is Target.NVIDIA),
+    settings=_settings,
     launch=_launch_variant, precision=None,
     isa_specs=lambda: tuple(spec for shape in ISA_SHAPES for spec in isa_specs(*shape)),
     summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs")

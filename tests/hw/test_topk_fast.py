@@ -11,6 +11,7 @@ candidates) with a small tile and with a tiny one (candidates overflow, streamin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ import torch
 import hw
 from hw._topk_details import radix_fast
 from hw._topk_details.radix_fast import FastTiling
+from hw.targets import Target
 from sim.topk import top_k as sim_top_k
 from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
 from tests.sim._assert import assert_exact
@@ -143,6 +145,33 @@ def test_launch_constants():
             assert -(-width // radix_fast.group_size(width, t.tile_w)) <= t.tile_w
         assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
+
+
+def test_register_cap_from_rows_per_sm():
+    """The on-chip selecting kernel shares an SM between two programs from MANY_ROWS_PER_SM rows per SM, only when
+    the SMs are known, never on the long path; the cap leaves two programs of NUM_WARPS warps room."""
+    sms = 132
+    many = radix_fast.MANY_ROWS_PER_SM * sms
+    assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).maxnreg == radix_fast.SHARED_SM_MAXNREG
+    assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).maxnreg is None
+    assert radix_fast.fast_tiling(8192, 2048, rows=many).maxnreg is None
+    assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).maxnreg is None
+    assert 2 * radix_fast.NUM_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
+    call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048)   # a CPU tensor: no SM count to ask for
+    assert radix_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
+
+
+def test_many_rows_kernel_cross_compiles():
+    """Under the installed triton the capped selecting kernel compiles for sm_90 and keeps two programs per SM
+    (`mxidx isa`); its scratch is the spec's measured exception, every other top-k kernel has none."""
+    from tools import isa
+
+    kernels, missing = isa.report("sm90", kernel="topk_fast")
+    assert missing == () and kernels, (kernels, missing)
+    for k in kernels:
+        assert not k.failures, k
+        if k.label.endswith("/many_rows"):
+            assert k.occupancy // k.num_warps == 2, k
 
 
 def test_order_segment_overflow(device):
