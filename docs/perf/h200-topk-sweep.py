@@ -5,11 +5,9 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
 
   ordering  warps of the selecting kernels x composites per ordering range x splitter samples per range
   launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
-  occupancy register caps of the selecting kernels and of the ordering kernel (programs per SM), on the 64-row
-            widths and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns, compared
-            with the uncapped launch's indices); `select_us` times the selecting kernels alone
   rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
-            8192 columns and on the 8192 causal rows (with `select_us`)
+            8192 columns and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns,
+            compared with the uncapped launch's indices); `select_us` times the selecting kernels alone
 """
 import dataclasses
 import json
@@ -28,8 +26,6 @@ GRIDS = {
     "launch": {8192: [dict(order_warps=o) for o in (2, 4, 8)],
                131072: [dict(order_warps=o, block=b) for o in (2, 4, 8) for b in (4096, 8192, 16384)]},
 }
-_CAPS = [dict(maxnreg=s, order_maxnreg=o) for s in (None, 128, 80) for o in (None, 48)]
-GRIDS["occupancy"] = {8192: _CAPS, 131072: _CAPS, "causal": _CAPS}
 ROW_COUNTS = (132, 264, 528, 1056, 2112)
 GRIDS["rows"] = {**{(r, 8192): [dict(maxnreg=None), dict(maxnreg=128)] for r in ROW_COUNTS},
                  "causal": [dict(maxnreg=None), dict(maxnreg=128)]}
@@ -81,7 +77,7 @@ for label, logits, lengths, want, ref in _cases():
             us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
                                 replays=30)
             row.update(time_us=us, vs_torch=us / ref)
-            if sys.argv[2] in ("occupancy", "rows"):
+            if sys.argv[2] == "rows":
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:
                     row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],

@@ -96,8 +96,7 @@ class FastTiling:
     num_warps: int = NUM_WARPS       # of the selecting kernels
     order_warps: int = ORDER_WARPS   # of _order_kernel
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
-    maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses) ...
-    order_maxnreg: int | None = None  # ... and of _order_kernel
+    maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
@@ -567,7 +566,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     (rows, width), k = logits.shape, out.shape[1]
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                  num_warps=tiling.num_warps, **_cap(tiling.maxnreg))
+                  num_warps=tiling.num_warps, **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}))
     order = ordering(k, tiling)
     common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device
@@ -594,12 +593,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
-        num_warps=tiling.order_warps, **_cap(tiling.order_maxnreg), **pdl)
-
-
-def _cap(maxnreg: int | None) -> dict:
-    """The launch option of a register cap (none when None)."""
-    return {} if maxnreg is None else {"maxnreg": maxnreg}
+        num_warps=tiling.order_warps, **pdl)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
