@@ -291,10 +291,8 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
     order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
     sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
     (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
-    Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (in
-    slot order) to its bucket j: a composite's place in its bucket is the number of composites of its range in
-    the slots before it, from one scan of one-hot counts packed 4 to an int64 (16-bit fields, counts <= K_PAD).
-    Atomic increments of global counters would do the same, but every thread waited for their returns."""
+    Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
     bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
     count_row = count_ptr + row * SEGMENTS
     lower_row = lower_ptr + row * SEGMENTS
@@ -306,24 +304,16 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
     j = tl.arange(0, SEGMENTS)
     lower = tl.max(tl.where(s[None, :] == (j[:, None] + 1) * PER, sample[None, :], _EMPTY_SLOT), 1)
     tl.store(lower_row + j, lower)
+    tl.store(count_row + j, tl.zeros((SEGMENTS,), tl.int32))   # here, not by a memset kernel before the launch
     slots = tl.arange(0, K_PAD)
     filled = slots < k_eff
     comp = tl.load(sel_row + slots, mask=filled, other=_EMPTY_SLOT)
-    tl.debug_barrier()   # the bounds were stored by other threads of this program
+    tl.debug_barrier()   # the bounds and zero counts were stored by other threads of this program
     seg = slots * 0
     for b in tl.static_range(SEGMENTS - 1):   # scalar bounds: a [K_PAD, SEGMENTS] compare tile would spill
         seg += (comp <= tl.load(lower_row + b)).to(tl.int32)
-    shift = (seg & 1) * 16
-    one = tl.where(filled, 1 << shift, 0)
-    slot = slots * 0
-    for word in tl.static_range(SEGMENTS // 2):   # one scan per 2 ranges (a [K_PAD, words] scan would spill)
-        packed = tl.where(seg >> 1 == word, one, 0)
-        before = tl.cumsum(packed, 0) - packed
-        slot += tl.where(seg >> 1 == word, (before >> shift) & 0xFFFF, 0)
-        total = tl.sum(packed, 0)
-        tl.store(count_row + 2 * word, total & 0xFFFF)
-        tl.store(count_row + 2 * word + 1, total >> 16)
-    tl.store(bucket_row + seg * (2 * SEG_CAP) + slot, comp, mask=filled & (slot < 2 * SEG_CAP))
+    rank = tl.atomic_add(count_row + seg, 1, mask=filled, sem="relaxed")
+    tl.store(bucket_row + seg * (2 * SEG_CAP) + rank, comp, mask=filled & (rank < 2 * SEG_CAP))
 
 
 @triton.jit
