@@ -5,6 +5,8 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
 
   ordering  warps of the selecting kernels x composites per ordering range x splitter samples per range
   launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
+  segments  composites per ordering range x splitter samples per range x warps of the ordering kernel, on 64 x
+            8192 and on the 8192 causal rows (with `select_us`)
   rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
             8192 columns and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns,
             compared with the uncapped launch's indices); `select_us` times the selecting kernels alone
@@ -26,6 +28,8 @@ GRIDS = {
     "launch": {8192: [dict(order_warps=o) for o in (2, 4, 8)],
                131072: [dict(order_warps=o, block=b) for o in (2, 4, 8) for b in (4096, 8192, 16384)]},
 }
+GRIDS["segments"] = {w: [dict(segment=s, samples=m, order_warps=o) for s, m in ((128, 16), (64, 8), (64, 16))
+                         for o in (2, 4)] for w in (8192, "causal")}
 ROW_COUNTS = (132, 264, 528, 1056, 2112)
 GRIDS["rows"] = {**{(r, 8192): [dict(maxnreg=None), dict(maxnreg=128)] for r in ROW_COUNTS},
                  "causal": [dict(maxnreg=None), dict(maxnreg=128)]}
@@ -77,7 +81,7 @@ for label, logits, lengths, want, ref in _cases():
             us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
                                 replays=30)
             row.update(time_us=us, vs_torch=us / ref)
-            if sys.argv[2] == "rows":
+            if sys.argv[2] in ("rows", "segments"):
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:
                     row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],
