@@ -57,7 +57,7 @@ CASES = [
     Case("k_gt_width", 10, 37, (10, 3, 0, 25, -4), values="special"),
     Case("width_1", 1, 2, (1, 0, 5)),
     Case("k1", 1100, 1, (1100, 1, 0, 600), values="ties"),
-    # k past one padding block of the ordering: rows shorter than k padded over several blocks
+    # k above one ordering range (4 ranges of the selection at the launcher's tiling), rows shorter than k padded
     Case("k300", 900, 300, (900, 299, 10, 0)),
     Case("row_stride", 333, 20, (333, 100, 333), row_gap=13),
     # ragged prefill: starts (start == end, start > end, negative start) with absolute indices
