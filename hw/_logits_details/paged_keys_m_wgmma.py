@@ -294,8 +294,8 @@ def paged_keys_m_wgmma_kernel(
         blk = _kperm_block(gl.arange(0, C, layout=gl.SliceLayout(0, A)), C)
         tok_o = gl.arange(0, KEYS, layout=gl.SliceLayout(1, mma))
         met = rows * 0                                  # HAS_FLAG: an out-of-range page id met by the key's lane
-        wide_keys = gl.zeros([KEYS], gl.int32, layout=gl.SliceLayout(1, A))     # bit i: the key of tile first + i
-        #                                                                           is wide
+        # bit i: the key of tile first + i is wide
+        wide_keys = gl.zeros([KEYS], gl.int32, layout=gl.SliceLayout(1, A))
         # a group's loads all go out before its first tile is scored (tiles past num_tiles, in the last group of
         # a program that is not full, lie past vis_max: they read nothing)
         for i in range(0, gl.where(q_wide, 0, num_tiles), GROUP):
