@@ -5,7 +5,7 @@ of CUDA-graph replays), with torch.topk in the same run; both copies' indices ar
         > radix_before.py
     PYTHONPATH=. python3 docs/perf/h200-topk-ab.py OUT.json radix_before
 
-Rows: 64 x 8192 and 64 x 131072 (N(0, 1) logits, k = 2048, decode), and the 8192 causal rows of an 8192-token
+Rows: 64 x 8192, 16384, 32768 and 131072 (N(0, 1) logits, k = 2048, decode), and the 8192 causal rows of an 8192-token
 prompt (row i sees i + 1 columns; the hook's prefill).
 """
 import importlib
@@ -23,7 +23,8 @@ def main(out_path: str, before: str) -> None:
     log = json_recorder(out_path)
     old = importlib.import_module(before)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for name, rows, width, causal in (("64x8192", 64, 8192, False), ("64x131072", 64, 131072, False),
+    for name, rows, width, causal in (("64x8192", 64, 8192, False), ("64x16384", 64, 16384, False),
+                                      ("64x32768", 64, 32768, False), ("64x131072", 64, 131072, False),
                                       ("causal8192", 8192, 8192, True)):
         logits = torch.randn(rows, width, device="cuda", generator=gen)
         lengths = (torch.arange(1, rows + 1, dtype=torch.int32, device="cuda") if causal

@@ -7,6 +7,9 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
   launch    warps of the ordering kernel (both widths) x columns per chunk of the long path
   segments  composites per ordering range x splitter samples per range x warps of the ordering kernel, on 64 x
             8192 and on the 8192 causal rows (with `select_us`)
+  candidates  warps of the long path's candidate programs x columns per candidate program (and per streaming
+            chunk), on 64 rows of 16384, 32768 and 131072 columns; `until_us` times the launch cut after each of
+            its kernels (`_order_kernel`: the whole launch)
   rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
             8192 columns and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns,
             compared with the uncapped launch's indices); `select_us` times the selecting kernels alone
@@ -30,6 +33,9 @@ GRIDS = {
 }
 GRIDS["segments"] = {w: [dict(segment=s, samples=m, order_warps=o) for s, m in ((128, 16), (64, 8), (64, 16))
                          for o in (2, 4)] for w in (8192, "causal")}
+GRIDS["candidates"] = {w: [dict(cand_warps=c, block=b) for c in (4, 8) for b in (1024, 2048, 4096)]
+                       for w in (16384, 32768, 131072)}
+LONG_PATH = ("_group_max_kernel", "_tau_kernel", "_candidates_kernel", "_topk_long_kernel", "_order_kernel")
 ROW_COUNTS = (132, 264, 528, 1056, 2112)
 GRIDS["rows"] = {**{(r, 8192): [dict(maxnreg=None), dict(maxnreg=128)] for r in ROW_COUNTS},
                  "causal": [dict(maxnreg=None), dict(maxnreg=128)]}
@@ -46,7 +52,7 @@ class _Skipped:
 def _cases():
     """(label, logits, lengths, reference indices, torch.topk's time) per column set of GRID."""
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for rows, width in [(ROWS, w) for w in (8192, 131072) if w in GRID] + [key for key in GRID if
+    for rows, width in [(ROWS, w) for w in (8192, 16384, 32768, 131072) if w in GRID] + [key for key in GRID if
                                                                               isinstance(key, tuple)]:
         logits = torch.randn(rows, width, device="cuda", generator=gen)
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
@@ -81,6 +87,18 @@ for label, logits, lengths, want, ref in _cases():
             us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
                                 replays=30)
             row.update(time_us=us, vs_torch=us / ref)
+            if sys.argv[2] == "candidates":
+                row["until_us"] = {}
+                for i, name in enumerate(LONG_PATH[:-1]):
+                    kept = {n: getattr(radix_fast, n) for n in LONG_PATH[i + 1:]}
+                    for n in kept:
+                        setattr(radix_fast, n, _Skipped())
+                    try:
+                        row["until_us"][name] = _graph_time_us(
+                            [lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner, replays=30)
+                    finally:
+                        for n, fn in kept.items():
+                            setattr(radix_fast, n, fn)
             if sys.argv[2] in ("rows", "segments"):
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:

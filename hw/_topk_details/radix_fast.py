@@ -35,15 +35,17 @@ Two paths, picked from the width alone (the grid depends only on shapes):
   W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
                and the compaction run on chip. Global traffic: one read of the visible row, candidates written
                and read back once (<= CAP), k selected composites written and read back twice.
-  W >  tile_w  two selecting kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every
+  W >  tile_w  four selecting kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every
                GROUP consecutive columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups).
-               `_topk_long_kernel` (one program per row) narrows on the G maxima to a bound tau: when >= k_eff
-               group maxima are >= tau, at least k_eff keys are, so T >= tau. One pass then compacts the keys
-               >= tau (typically little more than k_eff) as candidates, reading only the groups whose maximum is
-               >= tau, and the register tile finishes. If more than CAP keys are >= tau (structured rows, massive
-               ties) the program narrows by streaming rounds over the row before compacting: slower, same result.
-               Global traffic: one full read for the maxima, one read of the qualifying groups (mostly from L2)
-               for the candidates, then as above.
+               `_tau_kernel` (one program per row) narrows on the G maxima to a bound tau: when >= k_eff group
+               maxima are >= tau, at least k_eff keys are, so T >= tau; it lists the groups whose maximum is
+               >= tau. `_candidates_kernel` (rows x chunks of those groups, all SMs) appends the keys >= tau
+               (typically little more than k_eff) to the row's candidates, in no particular order, and
+               `_topk_long_kernel` (one program per row) finishes on the register tile: a tie at the threshold
+               is then resolved by a bound on the columns, not by their order. If more than CAP keys are >= tau
+               (structured rows, massive ties) that program narrows by streaming rounds over the row before
+               compacting: slower, same result. Global traffic: one full read for the maxima, one read of the
+               qualifying groups (mostly from L2) for the candidates, then as above.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import Op, Target, Variant, sm_count
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
+from .variants import PER_ROW, TopKCall
 
 FAST_MAX_K = 4096        # the selecting program partitions all K_PAD selected composites in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
@@ -65,11 +68,14 @@ LONG_NUM_WARPS = 16      # ... and on the long path (docs/perf/h200-topk-sweep.j
 ROW_CAP = 1024           # candidates of the on-chip path: narrowing on the row stops at <= ROW_CAP keys
 MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets through a bit more than k_eff) ...
 MAX_LONG_CAP = 8192      # ... within these bounds
-STREAM_BLOCK = 4096      # columns per chunk of the long path's streaming passes
+STREAM_BLOCK = 2048      # columns per candidate program and streaming chunk of the long path (at least a group)
+MAX_BLOCK = 2 ** 16      # ... at most (two ranks share an int32)
+FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK) go to the per-row kernel
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
 ORDER_WARPS = 4
+CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
 RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
 RANK_CHUNK = 16          # time against this many at a time
 PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
@@ -83,6 +89,10 @@ _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top se
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
 _RANK_MASK = tl.constexpr(0xFFFF)
+_META = tl.constexpr(4)                # per-row int32 words of the long path: tau, qualifying groups, candidates
+_META_TAU = tl.constexpr(0)
+_META_GROUPS = tl.constexpr(1)
+_META_COUNT = tl.constexpr(2)
 
 
 @dataclass(frozen=True)
@@ -90,11 +100,12 @@ class FastTiling:
     """Constexprs of one launch (powers of two)."""
     tile_w: int    # widest row of the on-chip path; at most tile_w group maxima on the long path
     cap: int       # candidate tile (register tile of the final narrowing)
-    block: int     # columns per streaming chunk (long path; <= 2^16)
+    block: int     # columns per candidate program and per streaming chunk (long path; <= 2^16)
     segment: int = SEGMENT   # composites per ordering program, expected (the sort width is twice that)
     samples: int = SEGMENT_SAMPLES   # splitter samples per segment
     num_warps: int = NUM_WARPS       # of the selecting kernels
     order_warps: int = ORDER_WARPS   # of _order_kernel
+    cand_warps: int = CAND_WARPS     # of _candidates_kernel
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
 
@@ -107,7 +118,8 @@ def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int =
     if width <= TILE_W:
         shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
         return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None)
-    return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP), STREAM_BLOCK,
+    return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP),
+                      min(max(STREAM_BLOCK, group_size(width, TILE_W)), MAX_BLOCK),
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
 
 
@@ -188,13 +200,20 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
+def _ranks(a, b):
+    """Exclusive ranks, in tile order, of the True entries of two flag tiles (< 2^16 entries): one cumsum."""
+    flags = (a.to(tl.int32) << _RANK_BITS) | b.to(tl.int32)
+    ranks = tl.cumsum(flags, 0) - flags
+    return ranks >> _RANK_BITS, ranks & _RANK_MASK
+
+
+@triton.jit
 def _split_ranks(key, lo, hi):
     """(above flag, inside flag, exclusive rank among the above, among the inside) of a tile, in tile order."""
     is_above = key > hi.to(tl.uint32)
     inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    flags = (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
-    ranks = tl.cumsum(flags, 0) - flags
-    return is_above, inside, ranks >> _RANK_BITS, ranks & _RANK_MASK
+    above_rank, inside_rank = _ranks(is_above, inside)
+    return is_above, inside, above_rank, inside_rank
 
 
 @triton.jit
@@ -218,21 +237,41 @@ def _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, direct, out
 
 
 @triton.jit
-def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, out_row, CAP: tl.constexpr,
-                       PROBE_BITS: tl.constexpr):
-    """Narrow to a terminal state on the `count` <= CAP candidates (the keys inside [lo, hi], in column order) and
-    store the selected ones to out_row[above .. k_eff) (the keys > hi are already in out_row[0 .. above))."""
-    tl.debug_barrier()   # the candidates were stored by other threads of this program
+def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_row, CAP: tl.constexpr,
+                       PROBE_BITS: tl.constexpr, IN_ORDER: tl.constexpr):
+    """Narrow to a terminal state on the `count` <= CAP candidates (the keys inside [lo, hi]; distinct columns
+    < end) and store the selected ones to out_row[above .. k_eff) (the keys > hi are already in out_row[0 ..
+    above)). A tie at the threshold holding more keys than are left to take keeps those of the smallest columns:
+    the first ones when the candidates are in column order (IN_ORDER), else those below the least column bound
+    under which exactly that many lie (searched; it costs registers, so only the long path does it). The long
+    path's interval reaches up to KEY_MAX: without IN_ORDER it first shrinks to the largest candidate, which
+    saves the rounds that would probe above it."""
+    tl.debug_barrier()   # the candidates were stored by other threads (or programs)
     slots = tl.arange(0, CAP)
     filled = slots < count
     cols = tl.load(cand_ptr + slots, mask=filled, other=0)
     key = tl.load(cand_ptr + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
     base = above
+    if not IN_ORDER:   # no key lies between the largest candidate and hi: `above` stays exact
+        hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
     while (ge_lo != k_eff) & (lo < hi):
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
-    take = inside & (inside_rank < k_eff - above)
-    tl.store(out_row + tl.where(is_above, base + above_rank, above + inside_rank), _sort_composite(key, cols),
+    need = k_eff - above
+    if IN_ORDER:
+        take = inside & (inside_rank < need)
+        take_rank = inside_rank
+    else:
+        c_lo = tl.where(ge_lo - above > need, 0, end)   # a search only when the tie holds more than need
+        c_hi = end
+        while c_lo < c_hi:
+            mid = (c_lo + c_hi) >> 1
+            below = tl.sum((inside & (cols < mid)).to(tl.int32), 0)
+            c_lo = tl.where(below >= need, c_lo, mid + 1)
+            c_hi = tl.where(below >= need, mid, c_hi)
+        take = inside & (cols < c_lo)
+        above_rank, take_rank = _ranks(is_above, take)
+    tl.store(out_row + tl.where(is_above, base + above_rank, above + take_rank), _sort_composite(key, cols),
              mask=is_above | take)
 
 
@@ -259,27 +298,6 @@ def _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, ca
         inside = cols < end
         key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
         n_above, n_inside = _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, direct, out_row,
-                                         cand_ptr, CAP)
-    return n_inside
-
-
-@triton.jit
-def _split_groups(row_ptr, gid_ptr, n_groups, start, end, lo, above, k_eff, out_row, cand_ptr, CAP: tl.constexpr,
-                  BLOCK: tl.constexpr, GROUP: tl.constexpr):
-    """_split_store (interval [lo, KEY_MAX], not direct) over the columns of the groups gid_ptr[0 .. n_groups)
-    (ascending group ids, so the columns stay in column order), BLOCK // GROUP groups per chunk; returns the number
-    of keys >= lo. Every key >= lo lies in such a group when the groups are those whose maximum is >= lo."""
-    GROUPS: tl.constexpr = BLOCK // GROUP
-    hi = lo * 0 + _KEY_MAX
-    n_above = start * 0
-    n_inside = start * 0
-    for g0 in range(0, n_groups, GROUPS):
-        g = g0 + tl.arange(0, GROUPS)
-        gid = tl.load(gid_ptr + g, mask=g < n_groups, other=-1)
-        cols = tl.reshape(gid[:, None] * GROUP + tl.arange(0, GROUP)[None, :], (BLOCK,))
-        visible = (cols >= start) & (cols < end)
-        key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-        n_above, n_inside = _split_store(key, cols, lo, hi, above, k_eff, n_above, n_inside, 0, out_row,
                                          cand_ptr, CAP)
     return n_inside
 
@@ -371,7 +389,8 @@ def _topk_row_kernel(
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
     if direct == 0:
-        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
+        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
+                           True)
     if SEGMENTS > 1:
         _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
@@ -401,43 +420,26 @@ def _group_max_kernel(
 
 
 @triton.jit
-def _topk_long_kernel(
-    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+def _tau_kernel(
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
     gmax_ptr,             # *i32 [rows, groups] from _group_max_kernel; overwritten by the ids of the groups
-                          #     that may hold candidates
-    sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
-    cand_ptr,             # *i32 [rows, 2 * CAP] scratch
-    bucket_ptr,           # as _topk_row_kernel's
-    count_ptr,
-    lower_ptr,
+                          #     that may hold candidates, ascending
+    meta_ptr,             # *i32 [rows, META] receives tau (uint32 bits), the number of those groups, a zero count
     width,                # i32 W
-    stride_row,
     groups,               # i32 <= TILE_W
-    k,                    # i32, 1 <= k <= K_PAD
+    k,                    # i32, 1 <= k
     HAS_STARTS: tl.constexpr,
-    K_PAD: tl.constexpr,
     TILE_W: tl.constexpr,  # power of two >= groups
     CAP: tl.constexpr,
-    BLOCK: tl.constexpr,  # columns per streaming chunk
-    PROBE_BITS: tl.constexpr,
-    GROUP: tl.constexpr,  # columns per group of gmax
-    SEGMENTS: tl.constexpr,
-    STRIDE: tl.constexpr,
-    SEG_CAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
+    """tau of one row: narrowed on the group maxima while more than k_eff + CAP / TAU_SLACK_DIV of them are >= it
+    (T >= tau as long as >= k_eff maxima are >= tau; with fewer non-empty groups than k_eff, tau stays 1); the
+    slack costs a few candidates and saves the last rounds."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
-    row_ptr = logits_ptr + row * stride_row
-    out_row = sel_ptr + row * K_PAD
-    cand_row = cand_ptr + row * (2 * CAP)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
-
-    # tau: narrowed on the group maxima while more than k_eff + slack of them are >= it (T >= tau as long as
-    # >= k_eff maxima are >= tau; with fewer non-empty groups than k_eff, tau stays 1); the slack costs a few
-    # candidates and saves the last rounds
     g = tl.arange(0, TILE_W)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     lo = (start * 0 + 1).to(tl.int64)
@@ -446,19 +448,98 @@ def _topk_long_kernel(
     above = start * 0
     while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
         lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
-
-    # candidates: every visible key >= tau, stored while they fit, read from the groups whose maximum is >= tau
-    # only (their ids, ascending, replace the maxima in gmax_ptr: each thread has read its maxima first)
     qualifies = gmax >= lo.to(tl.uint32)
-    gid_row = gmax_ptr + row * groups
-    tl.debug_barrier()
-    tl.store(gid_row + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
-    tl.debug_barrier()   # the ids were stored by other threads of this program
+    tl.debug_barrier()   # each thread has read its maxima
+    tl.store(gmax_ptr + row * groups + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
+    meta_row = meta_ptr + row * _META
+    tl.store(meta_row + _META_TAU, lo.to(tl.uint32).to(tl.int32, bitcast=True))
+    tl.store(meta_row + _META_GROUPS, tl.sum(qualifies.to(tl.int32), 0))
+    tl.store(meta_row + _META_COUNT, 0)
+
+
+@triton.jit
+def _candidates_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    gid_ptr,              # *i32 [rows, groups]: _tau_kernel's group ids
+    meta_ptr,             # *i32 [rows, META] from _tau_kernel; the count grows by this program's candidates
+    cand_ptr,             # *i32 [rows, 2 * CAP] receives candidate columns, then their keys, in any order
+    width,                # i32 W
+    stride_row,
+    groups,               # i32
+    HAS_STARTS: tl.constexpr,
+    CAP: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per program: BLOCK // GROUP of the qualifying groups
+    GROUP: tl.constexpr,  # columns per group
+    PDL: tl.constexpr,
+):
+    """Append the visible keys >= tau of one chunk of a row's qualifying groups (every key >= tau lies in one) to
+    the row's candidates: slots from one atomic add per program, those past CAP dropped (the count still
+    grows). Grid (rows, cdiv(groups, BLOCK // GROUP)); the programs past the qualifying groups return."""
+    grid_dependency_sync(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    # the last chunk first: the interpreter, which runs programs in order, then appends candidates out of column
+    # order too, as a GPU may (the selection must not rely on it)
+    chunk = tl.num_programs(1) - 1 - tl.program_id(1)
+    GROUPS: tl.constexpr = BLOCK // GROUP
+    meta_row = meta_ptr + row * _META
+    n_groups = tl.load(meta_row + _META_GROUPS)
+    if chunk * GROUPS < n_groups:
+        tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
+        start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
+        g = chunk * GROUPS + tl.arange(0, GROUPS)
+        gid = tl.load(gid_ptr + row * groups + g, mask=g < n_groups, other=-1)
+        cols = tl.reshape(gid[:, None] * GROUP + tl.arange(0, GROUP)[None, :], (BLOCK,))
+        visible = (cols >= start) & (cols < end)
+        key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
+        is_cand = key >= tau
+        flags = is_cand.to(tl.int32)
+        slot = tl.atomic_add(meta_row + _META_COUNT, tl.sum(flags, 0), sem="relaxed") + tl.cumsum(flags, 0) - flags
+        keep = is_cand & (slot < CAP)
+        cand_row = cand_ptr + row * (2 * CAP)
+        tl.store(cand_row + slot, cols, mask=keep)
+        tl.store(cand_row + CAP + slot, key.to(tl.int32, bitcast=True), mask=keep)
+
+
+@triton.jit
+def _topk_long_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    meta_ptr,             # *i32 [rows, META] from _candidates_kernel: tau and the number of keys >= tau
+    sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
+    cand_ptr,             # *i32 [rows, 2 * CAP] _candidates_kernel's candidates; scratch of the fallback
+    bucket_ptr,           # as _topk_row_kernel's
+    count_ptr,
+    lower_ptr,
+    width,                # i32 W
+    stride_row,
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,
+    CAP: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per streaming chunk of the fallback
+    PROBE_BITS: tl.constexpr,
+    SEGMENTS: tl.constexpr,
+    STRIDE: tl.constexpr,
+    SEG_CAP: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """The selection of one row from its candidates, the keys >= tau: the register tile finishes when they fit
+    CAP; else (tau let too many through) the row is narrowed by streaming rounds and compacted again."""
+    grid_dependency_sync(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = sel_ptr + row * K_PAD
+    cand_row = cand_ptr + row * (2 * CAP)
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    meta_row = meta_ptr + row * _META
+    lo = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True).to(tl.int64)
+    ge_lo = tl.load(meta_row + _META_COUNT)
     hi = lo * 0 + _KEY_MAX
     above = start * 0
-    ge_lo = _split_groups(row_ptr, gid_row, tl.sum(qualifies.to(tl.int32), 0), start, end, lo, above, k_eff,
-                          out_row, cand_row, CAP, BLOCK, GROUP)
-    if ge_lo > CAP:   # tau let too many through: narrow on the row by streaming rounds, then compact again
+    if ge_lo > CAP:
         while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
             mid = lo + ((hi - lo + 1) >> 1)
             c = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
@@ -468,7 +549,8 @@ def _topk_long_kernel(
         direct = (ge_lo - above > CAP).to(tl.int32)
         _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, cand_row, CAP, BLOCK)
     if ge_lo - above <= CAP:
-        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, out_row, CAP, PROBE_BITS)
+        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
+                           False)
     if SEGMENTS > 1:
         _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
@@ -555,7 +637,8 @@ def top_k_radix_fast(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.
       k        Python int, 1 <= k <= FAST_MAX_K
       out      int32 [rows, k] contiguous, same device: receives column indices ordered by (value desc, column
                asc), padded with -1
-    Sync-free and CUDA-graph safe: grids and scratch sizes come from shapes only.
+    Sync-free and CUDA-graph safe: grids and scratch sizes come from shapes only. Rows wider than FAST_MAX_WIDTH
+    (2^29) columns go to the per-row kernel (hw/_topk_details/variants.py's per_row), with the same results.
     """
     _launch(logits, lengths, starts, out, fast_tiling(logits.shape[1], k))
 
@@ -564,6 +647,10 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             tiling: FastTiling) -> None:
     """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply)."""
     (rows, width), k = logits.shape, out.shape[1]
+    if width > FAST_MAX_WIDTH:   # a group of the long path would not fit a candidate program
+        call = TopKCall(logits, lengths, starts, out)
+        PER_ROW.launch(call, PER_ROW.settings(Target.NVIDIA, call))
+        return
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   num_warps=tiling.num_warps, **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}))
@@ -583,13 +670,19 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         group = group_size(width, tiling.tile_w)
         groups = triton.cdiv(width, group)
         per_program = max(1, tiling.tile_w // group)
-        gmax = torch.empty((rows, groups), dtype=torch.int32, device=logits.device)
+        gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
+        meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
+        has_starts = starts is not None
         _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
-            logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=starts is not None,
+            logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
             GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
-        _topk_long_kernel[(rows,)](logits, starts_arg, lengths, gmax, sel, cand, *parts, width, logits.stride(0),
-                                   groups, k, TILE_W=tiling.tile_w, BLOCK=tiling.block, GROUP=group, **common,
-                                   **pdl)
+        _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
+                             TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
+        _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // group))](
+            logits, starts_arg, lengths, gmax, meta, cand, width, logits.stride(0), groups, HAS_STARTS=has_starts,
+            CAP=tiling.cap, BLOCK=tiling.block, GROUP=group, num_warps=tiling.cand_warps, **pdl)
+        _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
+                                   k, BLOCK=tiling.block, **common, **pdl)
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
@@ -605,6 +698,10 @@ _ORDER_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64",
                     "width": "i32", "k": "i32"}
 _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32",
                    "width": "i32", "stride_row": "i32", "groups": "i32"}
+_TAU_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32", "meta_ptr": "*i32", "width": "i32",
+                  "groups": "i32", "k": "i32"}
+_CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gid_ptr": "*i32",
+                   "meta_ptr": "*i32", "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "groups": "i32"}
 
 
 def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
@@ -633,9 +730,15 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": group, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // group)},
                     targets=ISA_TARGETS),
+        CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
+                    constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
+                                "PDL": tiling.pdl}, targets=ISA_TARGETS),
+        CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
+                    num_warps=tiling.cand_warps, targets=ISA_TARGETS,
+                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": group,
+                                "PDL": tiling.pdl}),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
-                    signature=_SIGNATURE | {"gmax_ptr": "*i32", "groups": "i32"},
-                    constexprs=common | {"TILE_W": tiling.tile_w, "BLOCK": tiling.block, "GROUP": group},
+                    signature=_SIGNATURE | {"meta_ptr": "*i32"}, constexprs=common | {"BLOCK": tiling.block},
                     targets=ISA_TARGETS),
         order_spec,
     )

@@ -14,8 +14,8 @@ from hw._pdl import pdl_launch
 from hw._topk_details import radix_fast
 from hw.targets import Target
 
-KERNELS = (km.paged_keys_m_kernel, radix_fast._topk_row_kernel, radix_fast._group_max_kernel,
-           radix_fast._topk_long_kernel, radix_fast._order_kernel)
+KERNELS = (km.paged_keys_m_kernel, radix_fast._topk_row_kernel, radix_fast._group_max_kernel, radix_fast._tau_kernel,
+           radix_fast._candidates_kernel, radix_fast._topk_long_kernel, radix_fast._order_kernel)
 
 
 def test_launch_keywords():

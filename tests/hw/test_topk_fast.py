@@ -10,6 +10,7 @@ candidates) with a small tile and with a tiny one (candidates overflow, streamin
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -135,14 +136,33 @@ def test_long_path_with_the_launcher_tiling(device):
     assert_exact(out.cpu().numpy(), want, "top-k indices (long path, launcher tiling)")
 
 
+def test_rows_wider_than_the_long_path_go_to_per_row(device, monkeypatch):
+    """Past FAST_MAX_WIDTH (lowered here) the launcher runs the per-row kernel instead: the same results."""
+    monkeypatch.setattr(radix_fast, "FAST_MAX_WIDTH", 300)
+    launched = []
+    per_row = radix_fast.PER_ROW
+    monkeypatch.setattr(radix_fast, "PER_ROW",
+                        dataclasses.replace(per_row, launch=lambda *a: launched.append(a) or per_row.launch(*a)))
+    x = np.random.default_rng(5).standard_normal((3, 301)).astype(np.float32)
+    lengths = torch.tensor([301, 200, 0], dtype=torch.int32, device=device)
+    out = torch.empty((3, 40), dtype=torch.int32, device=device)
+    radix_fast.top_k_radix_fast(torch.from_numpy(x).to(device), lengths, None, 40, out)
+    assert len(launched) == 1
+    assert_exact(out.cpu().numpy(), sim_top_k(x, 40, ends=np.array([301, 200, 0])), "top-k indices (per-row)")
+
+
 def test_launch_constants():
     """Powers of two; the long path's groups fit the tile; probes x candidates within PROBE_ELEMS."""
-    for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 31 - 1, 64)]:
+    for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 25, 64),
+                     (radix_fast.FAST_MAX_WIDTH, 2048), (2 ** 31 - 1, 64)]:
         t = radix_fast.fast_tiling(width, k)
         assert all(v & (v - 1) == 0 for v in (t.tile_w, t.cap, t.block, t.segment, t.samples)), (width, k, t)
         assert t.block <= 2 ** 16 and t.cap <= radix_fast.MAX_LONG_CAP
         if width > t.tile_w:
-            assert -(-width // radix_fast.group_size(width, t.tile_w)) <= t.tile_w
+            group = radix_fast.group_size(width, t.tile_w)
+            assert -(-width // group) <= t.tile_w
+            # a candidate program holds whole groups (wider rows go to the per-row kernel)
+            assert group <= t.block or width > radix_fast.FAST_MAX_WIDTH
         assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
 
