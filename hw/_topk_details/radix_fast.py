@@ -479,13 +479,14 @@ def _candidates_kernel(
     grows). Grid (rows, cdiv(groups, BLOCK // GROUP)); the programs past the qualifying groups return."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
-    # the last chunk first: the interpreter, which runs programs in order, then appends candidates out of column
-    # order too, as a GPU may (the selection must not rely on it)
-    chunk = tl.num_programs(1) - 1 - tl.program_id(1)
     GROUPS: tl.constexpr = BLOCK // GROUP
     meta_row = meta_ptr + row * _META
     n_groups = tl.load(meta_row + _META_GROUPS)
-    if chunk * GROUPS < n_groups:
+    chunks = tl.cdiv(n_groups, GROUPS)
+    if tl.program_id(1) < chunks:   # the busy programs come first in the launch order; the rest return
+        # the last chunk first: the interpreter, which runs programs in order, then appends candidates out of
+        # column order too, as a GPU may (the selection must not rely on it)
+        chunk = chunks - 1 - tl.program_id(1)
         tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
         start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
         g = chunk * GROUPS + tl.arange(0, GROUPS)
