@@ -136,6 +136,23 @@ def test_long_path_with_the_launcher_tiling(device):
     assert_exact(out.cpu().numpy(), want, "top-k indices (long path, launcher tiling)")
 
 
+def test_long_path_tie_spread_over_candidate_programs(device):
+    """A tie at the threshold whose keys come from many candidate programs (out of column order) and must be
+    trimmed: the smallest columns win. 5.0 every 97 columns, 1.0 every 31, the rest below; every group of 32
+    columns reaches 1.0, so tau is 1.0 and the candidates (< cap) come from 16 programs of 4 groups."""
+    width, k = 2048, 40
+    cols = np.arange(width)
+    x = np.where(cols % 97 == 0, 5.0, np.where(cols % 31 == 0, 1.0, -1.0 - cols / width)).astype(np.float32)
+    x = np.stack([x, x[::-1].copy()])
+    lengths = torch.tensor([width, width - 5], dtype=torch.int32, device=device)
+    out = torch.empty((2, k), dtype=torch.int32, device=device)
+    tiling = FastTiling(tile_w=64, cap=128, block=128)
+    assert radix_fast.group_size(width, tiling.tile_w) == 32
+    radix_fast._launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
+    assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=np.array([width, width - 5])),
+                 "top-k indices (a tie trimmed across candidate programs)")
+
+
 def test_rows_wider_than_the_long_path_go_to_per_row(device, monkeypatch):
     """Past FAST_MAX_WIDTH (lowered here) the launcher runs the per-row kernel instead: the same results."""
     monkeypatch.setattr(radix_fast, "FAST_MAX_WIDTH", 300)
