@@ -9,7 +9,7 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
             8192 and on the 8192 causal rows (with `select_us`)
   candidates  warps of the long path's candidate programs x columns per candidate program (and per streaming
             chunk), on 64 rows of 16384, 32768 and 131072 columns; `until_us` times the launch cut after each of
-            its kernels (`_order_kernel`: the whole launch)
+            its kernels but the last (`time_us` is the whole launch)
   rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
             8192 columns and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns,
             compared with the uncapped launch's indices); `select_us` times the selecting kernels alone

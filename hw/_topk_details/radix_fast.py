@@ -17,10 +17,11 @@ k_eff (every key in the interval is taken) or lo == hi (the interval is T itself
 which is the (value desc, index asc) rule: no tied key at the threshold is dropped or duplicated.
 
 Rounds on many keys are cheap per key but each ends in a block-wide reduction, so the interval is first narrowed
-on the whole row only until at most CAP keys are inside it; those *candidates* (column, key) are compacted in
-column order into a per-row scratch and the narrowing finishes on a CAP-wide register tile, several probes per
-round. The k_eff selected columns are compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 - column):
-descending composite order is the (value desc, column asc) rule), into a per-row scratch.
+on the whole row only until at most CAP keys are inside it; those *candidates* (column, key) are compacted into a
+per-row scratch (in column order on the on-chip path, in any order on the long path, below) and the narrowing
+finishes on a CAP-wide register tile, several probes per round. The k_eff selected columns are compacted, as
+64-bit composites (signed key << 32 | (2^31 - 1 - column): descending composite order is the (value desc, column
+asc) rule), into a per-row scratch.
 
 Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
 and barriers (26 of the 43 us of 64 x 8192 at k = 2048 on the H200, docs/perf/h200-topk-phases.json), while the
@@ -68,8 +69,8 @@ LONG_NUM_WARPS = 16      # ... and on the long path (docs/perf/h200-topk-sweep.j
 ROW_CAP = 1024           # candidates of the on-chip path: narrowing on the row stops at <= ROW_CAP keys
 MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets through a bit more than k_eff) ...
 MAX_LONG_CAP = 8192      # ... within these bounds
-STREAM_BLOCK = 2048      # columns per candidate program and streaming chunk of the long path (at least a group)
-MAX_BLOCK = 2 ** 16      # ... at most (two ranks share an int32)
+STREAM_BLOCK = 2048      # columns per candidate program and streaming chunk of the long path (at least a group) ...
+MAX_BLOCK = 4096         # ... at most: the widest tile measured and cross-compiled (ISA_SHAPES' widest row)
 FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK) go to the per-row kernel
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
@@ -508,7 +509,7 @@ def _topk_long_kernel(
     logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
-    meta_ptr,             # *i32 [rows, META] from _candidates_kernel: tau and the number of keys >= tau
+    meta_ptr,             # *i32 [rows, META]: tau (_tau_kernel), the number of keys >= tau (_candidates_kernel)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] _candidates_kernel's candidates; scratch of the fallback
     bucket_ptr,           # as _topk_row_kernel's
@@ -639,7 +640,7 @@ def top_k_radix_fast(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.
       out      int32 [rows, k] contiguous, same device: receives column indices ordered by (value desc, column
                asc), padded with -1
     Sync-free and CUDA-graph safe: grids and scratch sizes come from shapes only. Rows wider than FAST_MAX_WIDTH
-    (2^29) columns go to the per-row kernel (hw/_topk_details/variants.py's per_row), with the same results.
+    (2^25) columns go to the per-row kernel (hw/_topk_details/variants.py's per_row), with the same results.
     """
     _launch(logits, lengths, starts, out, fast_tiling(logits.shape[1], k))
 
@@ -669,6 +670,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
                                   TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common, **pdl)
     else:
         group = group_size(width, tiling.tile_w)
+        assert group <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {group}"
         groups = triton.cdiv(width, group)
         per_program = max(1, tiling.tile_w // group)
         gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
@@ -745,9 +747,10 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     )
 
 
-# decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill)
+# decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill),
+# the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
-              (8192, 2048, False, True))
+              (8192, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))
 
 
 def _launch_variant(call, tiling: FastTiling) -> None:

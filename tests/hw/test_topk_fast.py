@@ -170,11 +170,11 @@ def test_rows_wider_than_the_long_path_go_to_per_row(device, monkeypatch):
 
 def test_launch_constants():
     """Powers of two; the long path's groups fit the tile; probes x candidates within PROBE_ELEMS."""
-    for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 25, 64),
-                     (radix_fast.FAST_MAX_WIDTH, 2048), (2 ** 31 - 1, 64)]:
+    for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 24 + 1, 64),
+                     (radix_fast.FAST_MAX_WIDTH, 2048), (radix_fast.FAST_MAX_WIDTH + 1, 64), (2 ** 31 - 1, 64)]:
         t = radix_fast.fast_tiling(width, k)
         assert all(v & (v - 1) == 0 for v in (t.tile_w, t.cap, t.block, t.segment, t.samples)), (width, k, t)
-        assert t.block <= 2 ** 16 and t.cap <= radix_fast.MAX_LONG_CAP
+        assert t.block <= radix_fast.MAX_BLOCK <= 2 ** 16 and t.cap <= radix_fast.MAX_LONG_CAP
         if width > t.tile_w:
             group = radix_fast.group_size(width, t.tile_w)
             assert -(-width // group) <= t.tile_w
