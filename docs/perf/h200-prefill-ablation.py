@@ -39,7 +39,6 @@ from hw.targets import Op, Target
 from tools.cmd_bench import _graph_time_us, json_recorder, prefill_inputs
 
 INNER, REPLAYS = 3, 10
-CLEAN_EVERY = (0, 1, 2, 4, 8)     # GRID clean: scoring programs per clean program (0: each cleans its own)
 SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
 SOURCE = Path(pk.__file__).read_text()
 
@@ -200,17 +199,6 @@ def stores_grid(log) -> None:
                             {"time_us": us, "TFLOPs": tf})
 
 
-def clean_grid(log) -> None:
-    for size in (SIZE, SIZE // 2):
-        for kv_dtype in ("fp8", "mxfp4"):
-            for causal in (True, False):
-                for round_ in (1, 2):
-                    for every in CLEAN_EVERY:
-                        us, tf = prefill_case(kv_dtype, causal, launch_settings={"clean_every": every}, size=size)
-                        log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/clean_every{every}/{round_}",
-                            {"time_us": us, "TFLOPs": tf})
-
-
 def main(out_path: str, grid: str = "levers") -> None:
     log = json_recorder(out_path)
 
@@ -218,8 +206,6 @@ def main(out_path: str, grid: str = "levers") -> None:
         return tiles_grid(log)
     if grid == "stores":
         return stores_grid(log)
-    if grid == "clean":
-        return clean_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)

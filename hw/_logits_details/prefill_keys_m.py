@@ -101,9 +101,6 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
 TILES_WIDE_MAX_D = 128
-#: per target: scoring programs per clean program (0 elsewhere: each scoring program stores its own block's -inf
-#: columns before its key loop)
-CLEAN_EVERY = {}
 _WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
                       "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
@@ -238,53 +235,41 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
 
 
 @triton.jit
-def _key_span(ks, ke, row_in, SK, BLOCK_K: tl.constexpr):
-    """A query block's ranges (loaded, unclamped) -> (ks, ke clamped to [0, SK], the union [lo, hi) of its non-empty
-    ranges, the key tiles [first, end) that cover it)."""
-    ks = tl.maximum(ks, 0)
-    ke = tl.minimum(ke, SK)
-    busy = row_in & (ks < ke)
-    hi = tl.max(tl.where(busy, ke, 0))
-    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
-    return ks, ke, lo, hi, lo // BLOCK_K * BLOCK_K, tl.cdiv(hi, BLOCK_K) * BLOCK_K
-
-
-@triton.jit
-def _clean_block(pid, ks_ptr, ke_ptr, out_ptr, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store -inf into the columns of query block `pid` outside the key tiles that its scoring program covers."""
-    tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    row_in = tokens < S
-    ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
-    ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
-    _, _, _, _, first, end = _key_span(ks, ke, row_in, SK, BLOCK_K)
-    out_rows = out_ptr + tokens * stride_out_s
-    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
-    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
-
-
-@triton.jit
-def _score_block(
-    pid,
+def prefill_keys_m_kernel(
     q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr, CLEAN_HERE: tl.constexpr,
+    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
-    """Score query block `pid` (prefill_keys_m_kernel's arguments); CLEAN_HERE: also store the -inf columns
-    before and after its key tiles."""
+    """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
+    [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
+    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
+    program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
+    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
+    dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
+    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
+    # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
+    # fill the tail of the grid instead of the long ones
+    pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
     ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
     ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
     if HAS_FLAG and not EXACT_PASS:
         report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
-    ks, ke, lo, hi, first, end = _key_span(ks, ke, row_in, SK, BLOCK_K)
+    ks = tl.maximum(ks, 0)
+    ke = tl.minimum(ke, SK)
+    busy = row_in & (ks < ke)
+    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
+    first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
+    end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
-    if CLEAN_HERE:
+    if CLEAN and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
         _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
         _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
@@ -375,50 +360,6 @@ def _score_block(
                                 False)
 
 
-@triton.jit
-def prefill_keys_m_kernel(
-    q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
-    S, SK,
-    stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
-    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
-    H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-    NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr, CLEAN_EVERY: tl.constexpr,
-):
-    """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
-    [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
-    out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
-    program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
-    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
-    dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
-    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),),
-    plus cdiv(that, CLEAN_EVERY) clean programs when CLEAN_EVERY > 0 and a pass stores -inf (CLEAN, not
-    EXACT_PASS); with CLEAN_EVERY = 0 each scoring program stores its own block's -inf columns."""
-    # query blocks from the last: in causal and ragged batches the last tokens see the most keys, so the short
-    # programs fill the tail of the grid instead of the long ones
-    pos = tl.program_id(0).to(tl.int64)
-    num_blocks = tl.cdiv(S, BLOCK_Q)
-    if CLEAN and not EXACT_PASS and CLEAN_EVERY > 0:
-        # a clean program before every CLEAN_EVERY scoring programs stores the -inf columns of CLEAN_EVERY blocks
-        # from the first (in a causal batch the rows with the most of them), so that those stores run beside the
-        # MMAs of the long rows instead of in the short rows' programs at the end of the grid
-        group = pos // (CLEAN_EVERY + 1)
-        slot = pos % (CLEAN_EVERY + 1)
-        if slot == 0:
-            for b in range(group * CLEAN_EVERY, tl.minimum(group * CLEAN_EVERY + CLEAN_EVERY, num_blocks)):
-                _clean_block(b, ks_ptr, ke_ptr, out_ptr, S, SK, stride_out_s, BLOCK_Q, BLOCK_K)
-        else:
-            _score_block(num_blocks - group * CLEAN_EVERY - slot, q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr,
-                ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr, S, SK, stride_qv_s, stride_qv_h, stride_qs_s,
-                stride_qs_h, stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane, H, H_PAD, D, BLOCK_Q,
-                BLOCK_K, NUM_STAGES, KV_FORMAT, MX_MODE, PROMOTE_K, CLEAN, EXACT_PASS, HAS_FLAG, False)
-    else:
-        _score_block(num_blocks - 1 - pos, q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr,
-            wide_ptr, flag_ptr, k8_ptr, kmeta_ptr, S, SK, stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
-            stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane, H, H_PAD, D, BLOCK_Q, BLOCK_K,
-            NUM_STAGES, KV_FORMAT, MX_MODE, PROMOTE_K, CLEAN, EXACT_PASS, HAS_FLAG, CLEAN and not EXACT_PASS)
-
-
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
 class KeysMPrefillSettings:
@@ -432,7 +373,6 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
-    clean_every: int    # scoring programs per clean program (CLEAN_EVERY; 0: each stores its own -inf columns)
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -446,7 +386,7 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
         block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
         num_warps=num_warps, exact_warps=2 * num_warps,
         mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
-        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0, clean_every=CLEAN_EVERY.get(target, 0))
+        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
 
 
 def _launcher(kv_dtype: str):
@@ -455,8 +395,8 @@ def _launcher(kv_dtype: str):
         fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
         between them (allocated here)."""
         mx = kv_dtype == "mxfp4"
-        blocks = triton.cdiv(call.num_q, s.block_q)
-        wide = torch.empty(blocks, dtype=torch.int32, device=call.out.device) if mx else call.ks
+        grid = (triton.cdiv(call.num_q, s.block_q),)
+        wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         k8 = kmeta = call.ks
         if mx:
             split = 2 if call.head_dim >= 2 * MIN_SPLIT_K else 1
@@ -466,8 +406,7 @@ def _launcher(kv_dtype: str):
                 call.k_v, call.k_s, k8, kmeta, call.num_k, call.k_v.stride(0), call.k_s.stride(0),
                 k8.stride(0), D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
         for exact_pass in (False, True) if mx else (False,):
-            cleaners = triton.cdiv(blocks, s.clean_every) if call.clean and s.clean_every and not exact_pass else 0
-            prefill_keys_m_kernel[(blocks + cleaners,)](
+            prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
                 call.out if call.error_flag is None else call.error_flag, k8, kmeta,
                 call.num_q, call.num_k,
@@ -477,7 +416,7 @@ def _launcher(kv_dtype: str):
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
-                HAS_FLAG=call.error_flag is not None, CLEAN_EVERY=0 if exact_pass else s.clean_every,
+                HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
     return launch
 
@@ -508,7 +447,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
-                    "HAS_FLAG": False, "CLEAN_EVERY": s.clean_every},
+                    "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D

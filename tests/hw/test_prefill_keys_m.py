@@ -42,14 +42,12 @@ class Case:
     nan_keys: tuple = ()             # keys made NaN as a writer leaves a non-finite row
     nan_query: tuple | None = None   # (token, head): MXFP4 query row with a NaN block / FP8 NaN weight
     tiles: tuple = ()                # (block_q, block_k): launch settings overrides (h_pad follows)
-    clean_every: int | None = None   # launch settings override: scoring programs per clean program
 
     def __str__(self):
         return (f"{self.kv_dtype}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
                 f"{'-clean' if self.clean else ''}{'-spans' if self.spans else ''}"
                 f"{'-wideq' if self.wide_query else ''}{'-nank' if self.nan_keys else ''}"
-                f"{'-nanq' if self.nan_query else ''}{f'-tiles{self.tiles}' if self.tiles else ''}"
-                f"{'' if self.clean_every is None else f'-every{self.clean_every}'}")
+                f"{'-nanq' if self.nan_query else ''}{f'-tiles{self.tiles}' if self.tiles else ''}")
 
 
 RAGGED = ((0, 70), (3, 40), (10, 10), (0, 1), (69, 70), (64, 70), (5, 64), (40, 0))   # (10, 10), (40, 0): empty
@@ -92,18 +90,6 @@ CASES = [
     Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
     Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),
-    # the -inf columns stored by clean programs between the scoring ones: one per block, a last group holding
-    # fewer blocks than the others (5 blocks by 2, 10 by 3 and 4), more per group than blocks; MXFP4 (the exact
-    # pass launches no clean programs); clean_logits=False (none launched either); 0: each block its own
-    Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32), clean_every=1),
-    Case("fp8", 64, 3, EDGES, 97, tiles=(2, 32), clean_every=2, nan_keys=(32,)),
-    Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16), clean_every=3),
-    Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16), clean_every=4),
-    Case("mxfp4", 64, 3, EDGES, 97, tiles=(2, 32), clean_every=2, spans=((0, 20), (63, 13)), wide_query=(5, 2)),
-    Case("fp8", 64, 3, EDGES, 97, tiles=(4, 32), clean_every=8),
-    Case("fp8", 64, 2, STAGGER, 97, clean=False, tiles=(2, 32), clean_every=2),
-    Case("fp8", 64, 3, EDGES, 97, tiles=(2, 32), clean_every=0),
-    Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16), clean_every=0),
 ]
 
 
@@ -142,12 +128,11 @@ def _inputs(case: Case, rng: np.random.Generator):
 
 
 def _settings_overrides(case: Case) -> dict | None:
-    overrides = {} if case.clean_every is None else {"clean_every": case.clean_every}
-    if case.tiles:
-        block_q, block_k = case.tiles
-        overrides |= {"block_q": block_q, "block_k": block_k,
-                      "h_pad": max(1 << (case.heads - 1).bit_length(), 16 // block_q)}
-    return overrides or None
+    if not case.tiles:
+        return None
+    block_q, block_k = case.tiles
+    return {"block_q": block_q, "block_k": block_k,
+            "h_pad": max(1 << (case.heads - 1).bit_length(), 16 // block_q)}
 
 
 def run_case(case: Case, device):
