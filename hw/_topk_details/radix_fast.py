@@ -83,7 +83,9 @@ PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_B
                          # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
 MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
-SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM
+SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
+MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile widths that fits it
+MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
@@ -109,6 +111,7 @@ class FastTiling:
     cand_warps: int = CAND_WARPS     # of _candidates_kernel
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
+    tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
@@ -118,7 +121,8 @@ def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int =
     per SM; below that, one per SM is faster (docs/perf/h200-topk.md)."""
     if width <= TILE_W:
         shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
-        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None)
+        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None,
+                          tiers=MANY_ROWS_TIERS if shared else 1)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP),
                       min(max(STREAM_BLOCK, group_size(width, TILE_W)), MAX_BLOCK),
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
@@ -151,6 +155,17 @@ def probe_bits(cap: int) -> int:
 def k_pad(k: int) -> int:
     """Sort width for k: the next power of two, at least MIN_K_PAD."""
     return max(MIN_K_PAD, triton.next_power_of_2(k))
+
+
+def row_tile(width: int) -> int:
+    """The on-chip path's register tile for rows of `width` columns: the next power of two, at least MIN_K_PAD."""
+    return max(triton.next_power_of_2(width), MIN_K_PAD)
+
+
+def row_tiers(tile: int, tiers: int) -> int:
+    """The tile widths (TIERS) of an on-chip launch with register tile `tile` when `tiers` are asked for: as many
+    as keep the narrowest at least MIN_TIER_W columns wide (at least 1)."""
+    return max(1, min(tiers, (tile // MIN_TIER_W).bit_length()))
 
 
 def group_size(width: int, tile_w: int) -> int:
@@ -343,6 +358,27 @@ def _sort_store(src, count, dst, WIDTH: tl.constexpr):
     tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
 
 
+@triton.jit
+def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr):
+    """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
+    columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
+    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside, then stores the keys
+    above the interval (or, `direct`, every selected key) and the candidates. Returns (lo, hi, ge_lo, above,
+    direct)."""
+    cols = base + tl.arange(0, TILE)
+    visible = (cols >= start) & (cols < end)
+    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
+    hi = lo * 0 + _KEY_MAX
+    ge_lo = tl.maximum(end - start, 0)
+    above = start * 0
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+    direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
+    _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
+    return lo, hi, ge_lo, above, direct
+
+
 # ----------------------------------------------------------------------------------------------------- kernels
 @triton.jit
 def _topk_row_kernel(
@@ -360,6 +396,7 @@ def _topk_row_kernel(
     HAS_STARTS: tl.constexpr,
     K_PAD: tl.constexpr,  # power of two >= k
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
+    TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
@@ -368,27 +405,32 @@ def _topk_row_kernel(
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
-    row = tl.program_id(0).to(tl.int64)
+    if TIERS == 1:
+        row = tl.program_id(0).to(tl.int64)
+    else:   # the last rows first: in causal batches they are the longest, so the short ones fill the tail
+        row = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = sel_ptr + row * K_PAD
     cand_row = cand_ptr + row * (2 * CAP)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
 
-    cols = tl.arange(0, TILE_W)
-    visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-
-    # narrow on the whole row (one probe per round: more cost registers and time, docs/perf/h200-topk.md) until
-    # <= CAP keys are inside
-    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
-    hi = lo * 0 + _KEY_MAX
-    ge_lo = tl.maximum(end - start, 0)
-    above = start * 0
-    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
-
-    direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
-    _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
+    if TIERS == 1:
+        lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W)
+    else:
+        # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
+        base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
+        if end - base > TILE_W // 2:
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP,
+                                                           TILE_W)
+        elif TIERS == 2:
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 2)
+        elif end - base > TILE_W // 4:
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 2)
+        else:
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 4)
     if direct == 0:
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
                            True)
@@ -666,8 +708,9 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
              torch.empty((rows, order.segments), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
     if width <= tiling.tile_w:
+        tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
-                                  TILE_W=max(triton.next_power_of_2(width), MIN_K_PAD), **common, **pdl)
+                                  TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), **common, **pdl)
     else:
         group = group_size(width, tiling.tile_w)
         assert group <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {group}"
@@ -721,8 +764,9 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     "SEG_CAP": order.seg_cap, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
+        tile = row_tile(width)
         return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
-                            constexprs=common | {"TILE_W": max(triton.next_power_of_2(width), MIN_K_PAD)},
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)},
                             maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
                             scratch_ok="" if tiling.maxnreg is None else
                             "two programs per SM, a few spilled words: 4-8 % faster from 1056 rows on the H200 "

@@ -124,6 +124,30 @@ def test_matches_sim_and_top_k_per_row(case: Case, tiling: str, device):
                  context=context)
 
 
+@pytest.mark.parametrize("cap", [radix_fast.ROW_CAP, 16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_row_tiers(case: Case, cap: int, device, monkeypatch):
+    """The on-chip kernel with three tile widths (as it runs for many rows, narrowest tile lowered to 16 columns
+    here): each row in the narrowest tile that holds its columns from its start rounded down to 16, the last row
+    first. The cases' rows fall in every tier; a tiny candidate tile also selects directly in the narrow ones."""
+    monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)
+    tile = radix_fast.row_tile(case.width)
+    tiers = radix_fast.row_tiers(tile, 3)
+    assert tiers == (3 if tile >= 64 else 1 if tile == 16 else 2)
+    rng = np.random.default_rng(sum(map(ord, case.name)))
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
+    radix_fast._launch(logits, lengths, starts_t, out, FastTiling(tile_w=radix_fast.TILE_W, cap=cap,
+                                                                  block=radix_fast.STREAM_BLOCK, tiers=3))
+    context = lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})"   # noqa: E731
+    assert_exact(out.cpu().numpy(), sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends),
+                 f"top-k indices ({case.name}, tiers, cap {cap})", context=context)
+
+
 def test_long_path_with_the_launcher_tiling(device):
     """Just past the on-chip width: the launcher's own long-path constants (two columns per group)."""
     width, k = radix_fast.TILE_W + 9, 16
