@@ -35,7 +35,10 @@ Two paths, picked from the width alone (the grid depends only on shapes):
 
   W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
                and the compaction run on chip. Global traffic: one read of the visible row, candidates written
-               and read back once (<= CAP), k selected composites written and read back twice.
+               and read back once (<= CAP), k selected composites written and read back twice. For many rows
+               (MANY_ROWS_PER_SM per SM) a row whose visible columns fit half (a quarter) of the register tile
+               is held in that narrower tile, which halves (quarters) the work of its rounds and compaction, and
+               the programs take the rows from the last (the longest in a causal prefill) to the first.
   W >  tile_w  four selecting kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every
                GROUP consecutive columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups).
                `_tau_kernel` (one program per row) narrows on the G maxima to a bound tau: when >= k_eff group
@@ -640,31 +643,32 @@ def _order_kernel(
         count = tl.sum(tl.where(j == seg, counts, 0), 0)
         offset = tl.sum(tl.where(j < seg, counts, 0), 0)
         bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
-        # the narrowest sort that holds the range (the sort's chain grows with its width)
-        if count <= SEG_CAP // 4:
-            _sort_store(bucket, count, out_row + offset, SEG_CAP // 4)
-        elif count <= SEG_CAP // 2:
-            _sort_store(bucket, count, out_row + offset, SEG_CAP // 2)
-        elif count <= SEG_CAP:
-            _sort_store(bucket, count, out_row + offset, SEG_CAP)
-        elif count <= 2 * SEG_CAP:
-            _sort_store(bucket, count, out_row + offset, 2 * SEG_CAP)
-        else:   # rank each member by counting the members above it, a chunk of the selection at a time: a
-                # K_PAD-wide sort tile here would size every program's registers (docs/perf/h200-topk.md)
-            lower = tl.load(lower_ptr + row * SEGMENTS + seg)
-            upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
-            upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
-            i = tl.arange(0, RANK_ROWS)
-            jj = tl.arange(0, RANK_CHUNK)
-            for i0 in range(0, k_eff, RANK_ROWS):
-                comp = tl.load(sel_row + i0 + i, mask=i0 + i < k_eff, other=_EMPTY_SLOT)
-                rank = tl.zeros([RANK_ROWS], tl.int32)
-                for j0 in range(0, k_eff, RANK_CHUNK):
-                    other = tl.load(sel_row + j0 + jj, mask=j0 + jj < k_eff, other=_EMPTY_SLOT)
-                    other = tl.where((other <= upper) & (other > lower), other, _EMPTY_SLOT)
-                    rank += tl.sum((other[None, :] > comp[:, None]).to(tl.int32), 1)
-                tl.store(out_row + offset + rank, comp.to(tl.int32) ^ _INT32_MAX,
-                         mask=(comp <= upper) & (comp > lower))
+        if count > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
+            # the narrowest sort that holds the range (the sort's chain grows with its width)
+            if count <= SEG_CAP // 4:
+                _sort_store(bucket, count, out_row + offset, SEG_CAP // 4)
+            elif count <= SEG_CAP // 2:
+                _sort_store(bucket, count, out_row + offset, SEG_CAP // 2)
+            elif count <= SEG_CAP:
+                _sort_store(bucket, count, out_row + offset, SEG_CAP)
+            elif count <= 2 * SEG_CAP:
+                _sort_store(bucket, count, out_row + offset, 2 * SEG_CAP)
+            else:   # rank each member by counting the members above it, a chunk of the selection at a time: a
+                    # K_PAD-wide sort tile here would size every program's registers (docs/perf/h200-topk.md)
+                lower = tl.load(lower_ptr + row * SEGMENTS + seg)
+                upper = tl.load(lower_ptr + row * SEGMENTS + tl.maximum(seg - 1, 0))
+                upper = tl.where(seg == 0, _COMPOSITE_MAX, upper)
+                i = tl.arange(0, RANK_ROWS)
+                jj = tl.arange(0, RANK_CHUNK)
+                for i0 in range(0, k_eff, RANK_ROWS):
+                    comp = tl.load(sel_row + i0 + i, mask=i0 + i < k_eff, other=_EMPTY_SLOT)
+                    rank = tl.zeros([RANK_ROWS], tl.int32)
+                    for j0 in range(0, k_eff, RANK_CHUNK):
+                        other = tl.load(sel_row + j0 + jj, mask=j0 + jj < k_eff, other=_EMPTY_SLOT)
+                        other = tl.where((other <= upper) & (other > lower), other, _EMPTY_SLOT)
+                        rank += tl.sum((other[None, :] > comp[:, None]).to(tl.int32), 1)
+                    tl.store(out_row + offset + rank, comp.to(tl.int32) ^ _INT32_MAX,
+                             mask=(comp <= upper) & (comp > lower))
         pad_from = tl.where(seg == 0, k_eff, k)   # program 0 pads
         tl.store(out_row + slots, -1, mask=(slots >= pad_from) & (slots < k))
 
