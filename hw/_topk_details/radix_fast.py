@@ -773,8 +773,9 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)},
                             maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
                             scratch_ok="" if tiling.maxnreg is None else
-                            "two programs per SM, a few spilled words: 4-8 % faster from 1056 rows on the H200 "
-                            "(docs/perf/h200-topk-rows.json)"), order_spec)
+                            "two programs per SM, three row tiles in 128 registers, some words spilled: faster "
+                            "from 1056 rows on the H200 (docs/perf/h200-topk-rows.json, h200-topk-tiers.json)"),
+                order_spec)
     group = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
