@@ -221,7 +221,11 @@ class SparseIndexer:
         device = weights.device
         held = [self._keys_held(seq_len) for seq_len in meta.seq_lens]
         first_key = (0, *itertools.accumulate(held))   # request b's keys: first_key[b] .. first_key[b+1]
-        cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
+        if device.type == "cuda" and not torch.compiler.is_compiling():
+            # through pinned memory, without a sync: a copy from pageable memory waits for the queued kernels
+            cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, pin_memory=True).to(device, non_blocking=True)
+        else:
+            cu_seq_lens = torch.tensor(first_key, dtype=torch.int32, device=device)
         kv_values, kv_scales = ops.cp_gather_indexer_k_quant_cache(self.kv_cache, meta.block_table, cu_seq_lens,
                                                                    self.layout, first_key[-1], validate,
                                                                    self.error_flag)
@@ -242,9 +246,13 @@ class SparseIndexer:
             yield rows, logits, ends
 
     def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
+        tops = [(rows, ops.top_k_per_row(logits, ends, self.top_k, None))
+                for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate)]
+        if len(tops) == 1 and tops[0][0] == slice(0, meta.num_tokens):
+            return tops[0][1]                   # one request holds every row: its top-k is the output, no copy
         out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=weights.device)
-        for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
-            out[rows] = ops.top_k_per_row(logits, ends, self.top_k, None)
+        for rows, top in tops:
+            out[rows] = top
         return out
 
     def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata, validate: bool) -> torch.Tensor:

@@ -257,6 +257,44 @@ def test_validate_mode_rejects_slots_past_the_cache(how, device, monkeypatch):
                                                                           device=device), schedule))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync debug mode watches a CUDA device")
+@pytest.mark.parametrize("kv_dtype", ["fp8", "mxfp4"])
+def test_hook_prefill_queues_without_a_sync(kv_dtype, monkeypatch):
+    """The hook's prefill never waits for the device (validation off): under torch's sync debug mode, which raises
+    on a synchronizing call, a prefill of two requests and one of a single request run. The gather's request
+    offsets come from host lengths: they are copied from pinned memory, not from pageable memory, which would
+    wait for every kernel queued before the copy."""
+    monkeypatch.delenv("MXIDX_VALIDATE", raising=False)
+    device, page, dim, heads = torch.device("cuda"), 16, 128, 4
+    case = HookCase(kv_dtype, None, dim, page, heads)
+    pool = IndexerPool(PoolLayout(kv_dtype, None, 1, NUM_PAGES, page, dim), device)
+    hook = SparseIndexer(_decision(case), pool.view(0), top_k=TOP_K, max_context_len=3 * page)
+    block_table = np.array([[5, 2, 7], [1, 3, SENTINEL]], dtype=np.int32)
+    bt_dev = torch.from_numpy(block_table).to(device)
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def prefill(seq_lens):
+        slots = np.concatenate([_slots(block_table, page, b, np.arange(n)) for b, n in enumerate(seq_lens)])
+        n = len(slots)
+        meta = PrefillMetadata(torch.from_numpy(slots).to(device), bt_dev[:len(seq_lens)], seq_lens, seq_lens)
+        q = torch.randn(n, heads, dim, device=device, generator=gen).to(torch.bfloat16)
+        k = torch.randn(n, dim, device=device, generator=gen).to(torch.bfloat16)
+        w = torch.randn(n, heads, device=device, generator=gen)
+        return lambda: hook(q, k, w, meta)
+
+    calls = [prefill((40, 20)), prefill((33,))]
+    for call in calls:   # the first calls compile the kernels
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for call in calls:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=str)
 def test_hook_decode_with_next_n_2(case: HookCase, device):
     """Two new tokens per request and step (MTP drafts): row b*2 + n sees context_lens[b] - 1 + n tokens."""
