@@ -13,6 +13,9 @@ Command: PYTHONPATH=. python3 docs/perf/h200-topk-sweep.py OUT.json GRID, GRID o
   rows      the selecting kernels' register cap (none, or 128: two programs per SM) on 132 to 2112 full rows of
             8192 columns and on the 8192 causal rows of the hook's prefill (row i sees its first i + 1 columns,
             compared with the uncapped launch's indices); `select_us` times the selecting kernels alone
+  many_segments  composites per ordering range x splitter samples per range x warps of the ordering kernel, at
+            the launcher's many-rows settings (three tiles, the register cap), on 1056 full rows of 8192 columns
+            and on the 8192 causal rows (with `select_us`)
   tiers     the on-chip kernel's tile widths per row (1: every row in the 8192-column tile; 2 / 3: also 4096 /
             2048 for the rows they hold, the last row first) with and without the register cap, on 1056 full rows
             of 8192 columns and on the 8192 causal rows (with `select_us`)
@@ -44,6 +47,9 @@ GRIDS["rows"] = {**{(r, 8192): [dict(maxnreg=None), dict(maxnreg=128)] for r in 
                  "causal": [dict(maxnreg=None), dict(maxnreg=128)]}
 GRIDS["tiers"] = {key: [dict(tiers=t, maxnreg=m) for m in (128, None) for t in (1, 2, 3)]
                   for key in ((1056, 8192), "causal")}
+GRIDS["many_segments"] = {key: [dict(segment=s, samples=m, order_warps=o, tiers=3, maxnreg=128)
+                                 for s, m in ((128, 16), (256, 16), (256, 32)) for o in (4, 8)]
+                          for key in ((1056, 8192), "causal")}
 GRID = GRIDS[sys.argv[2]]
 
 
@@ -104,7 +110,7 @@ for label, logits, lengths, want, ref in _cases():
                     finally:
                         for n, fn in kept.items():
                             setattr(radix_fast, n, fn)
-            if sys.argv[2] in ("rows", "segments", "tiers"):
+            if sys.argv[2] in ("rows", "segments", "tiers", "many_segments"):
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:
                     row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],
