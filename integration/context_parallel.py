@@ -232,7 +232,8 @@ class ContextParallelSchedule:
             check_tensor("context_lens", context_lens, dtypes=torch.int32, shape=(self.batch_size,),
                          device=self.context_lens.device)
             self.context_lens.copy_(context_lens)
-        visible = (self.context_lens[:, None] - self._row_offset[None, :]).clamp_(0, self.max_context_len)
+        # in int64: int32's most negative length minus the row offset would wrap
+        visible = (self.context_lens[:, None].long() - self._row_offset[None, :]).clamp_(0, self.max_context_len)
         self.local_context_lens.copy_(self.sharding.local_count(visible, self.rank))
         self.schedule_meta.copy_(
             hw.get_paged_mqa_logits_metadata(self.local_context_lens, self.page_size, self.num_sms))

@@ -73,6 +73,6 @@ class DecodeSchedule:
             self.context_lens.copy_(context_lens)
         self.schedule_meta.copy_(
             hw.get_paged_mqa_logits_metadata(self.context_lens, self.page_size, self.num_sms))
-        rows = self.context_lens[:, None] - self._row_offset[None, :]
+        rows = self.context_lens[:, None].long() - self._row_offset[None, :]     # int64: no int32 wrap
         self.row_lengths.copy_(rows.clamp_(0, self.visible_limit).reshape(-1))
         self.num_updates += 1

@@ -50,7 +50,8 @@ def _sequence_lengths(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.c
         raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0)
     else:
         last = tl.load(ctx_ptr + b * stride_ctx_b)
-        raw = tl.where(n < N, last - N + n + 1, 0)
+        behind = N - 1 - n                  # draft tokens after row n: subtracted only from a larger last,
+        raw = tl.where((n < N) & (last > behind), last - behind, 0)     # so that int32 never wraps
     raw = tl.maximum(raw, 0)
     return tl.max(raw), tl.minimum(raw, cap)
 

@@ -384,7 +384,8 @@ def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr,
         raw = tl.load(ctx_ptr + b * stride_ctx_b + n, mask=n < N, other=0, eviction_policy=KEEP_IN_L2)
     else:
         last = tl.load(ctx_ptr + b * stride_ctx_b, eviction_policy=KEEP_IN_L2)
-        raw = tl.where(n < N, last - N + n + 1, 0)
+        behind = N - 1 - n                  # draft tokens after row n: subtracted only from a larger last,
+        raw = tl.where((n < N) & (last > behind), last - behind, 0)     # so that int32 never wraps
     return tl.minimum(tl.maximum(raw, 0), cap)
 
 

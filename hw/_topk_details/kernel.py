@@ -103,7 +103,7 @@ def top_k_per_row_kernel(
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
 
-    end = tl.minimum(tl.load(ends_ptr + row), width)
+    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row), width), 0)    # >= 0: end - start cannot wrap
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row), 0)
     else:
@@ -180,7 +180,7 @@ def top_k_rows_kernel(
     row_ptr = (logits_ptr + row * stride_row)[:, None]                # [ROWS, 1]
     out_row = (out_ptr + row * k)[:, None]
 
-    end = tl.minimum(tl.load(ends_ptr + row, mask=live, other=0), width)
+    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row, mask=live, other=0), width), 0)   # end - start cannot wrap
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row, mask=live, other=0), 0)
     else:

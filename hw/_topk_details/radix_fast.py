@@ -36,9 +36,10 @@ Two paths, picked from the width alone (the grid depends only on shapes):
   W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
                and the compaction run on chip. Global traffic: one read of the visible row, candidates written
                and read back once (<= CAP), k selected composites written and read back twice. For many rows
-               (MANY_ROWS_PER_SM per SM) a row whose visible columns fit half (a quarter) of the register tile
-               is held in that narrower tile, which halves (quarters) the work of its rounds and compaction, and
-               the programs take the rows from the last (the longest in a causal prefill) to the first.
+               (MANY_ROWS_PER_SM per SM) a row whose columns, from its start rounded down to 16 to its end, fit
+               half (a quarter) of the register tile is held in that narrower tile, which halves (quarters) the
+               work of its rounds and compaction, and the programs take the rows from the last (the longest in a
+               causal prefill) to the first.
   W >  tile_w  four selecting kernels. `_group_max_kernel` (rows x column blocks, all SMs) reduces every
                GROUP consecutive columns to their largest visible key (G = cdiv(W, GROUP) <= tile_w groups).
                `_tau_kernel` (one program per row) narrows on the G maxima to a bound tau: when >= k_eff group
@@ -167,7 +168,8 @@ def row_tile(width: int) -> int:
 
 def row_tiers(tile: int, tiers: int) -> int:
     """The tile widths (TIERS) of an on-chip launch with register tile `tile` when `tiers` are asked for: as many
-    as keep the narrowest at least MIN_TIER_W columns wide (at least 1)."""
+    as keep the narrowest at least MIN_TIER_W columns wide (at least 1; the kernel has three at most)."""
+    assert 1 <= tiers <= 3, f"tiers = {tiers}: _topk_row_kernel holds a row in one of at most 3 tiles"
     return max(1, min(tiers, (tile // MIN_TIER_W).bit_length()))
 
 
@@ -179,8 +181,9 @@ def group_size(width: int, tile_w: int) -> int:
 # ------------------------------------------------------------------------------------------------- jit helpers
 @triton.jit
 def _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS: tl.constexpr):
-    """(start, end, k_eff) of a row: visible columns start <= j < end, k_eff = min(k, visible count)."""
-    end = tl.minimum(tl.load(ends_ptr + row), width)
+    """(start, end, k_eff) of a row: visible columns start <= j < end, k_eff = min(k, visible count); start and end
+    >= 0, so that end - start cannot wrap in int32."""
+    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row), width), 0)
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row), 0)
     else:
@@ -421,7 +424,7 @@ def _topk_row_kernel(
         lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
-        base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
+        base = tl.multiple_of(tl.minimum(start, end) // 16 * 16, 16)
         if end - base > TILE_W // 2:
             lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP,
                                                            TILE_W)

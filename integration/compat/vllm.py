@@ -166,7 +166,7 @@ def _decode_lengths(seq_lens, next_n: int) -> torch.Tensor:
     if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must be int32 [B] or [B, next_n = {next_n}], got {list(seq_lens.shape)}")
     offsets = torch.arange(1 - next_n, 1, dtype=torch.int32, device=seq_lens.device)
-    return (seq_lens[:, None] + offsets).view(-1)
+    return (seq_lens[:, None].long() + offsets).clamp_(min=0).to(torch.int32).view(-1)   # int64: no int32 wrap
 
 
 def top_k_per_row_decode(logits, next_n, seq_lens, raw_topk_indices, num_rows, stride0, stride1,

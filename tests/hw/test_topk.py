@@ -65,9 +65,10 @@ CASES = [
     # lowest indices win, none dropped or repeated
     Case("ties_across_chunks", BLOCK + 400, 40, (BLOCK + 400, BLOCK + 3), values="two_chunks"),
     Case("row_stride", 333, 20, (333, 100, 333), values="normal", row_gap=13),
-    # ragged prefill: starts (including start == end, start > end, negative start) with absolute indices
-    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties",
-         starts=(0, 300, 40, 700, -5, 10)),
+    # ragged prefill: starts (including start == end, start > end, negative start) with absolute indices; the
+    # int32 extremes (end - start would wrap in int32)
+    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30, -2 ** 31, 2 ** 31 - 1), values="ties",
+         starts=(0, 300, 40, 700, -5, 10, 5, -2 ** 31)),
     Case("k_max", BLOCK + 500, MAX_K, (BLOCK + 100,), values="ties"),   # one row: the interpreter's sort is slow
     # many rows of mixed lengths (0, 1, < k, > k, > W, negative), plain and ragged
     Case("mixed", 300, 24, tuple(np.random.default_rng(1).integers(-5, 340, MIXED_ROWS).tolist()),

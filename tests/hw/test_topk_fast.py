@@ -40,7 +40,7 @@ class Case:
     width: int
     k: int
     lengths: tuple[int, ...]              # one per row; may be < 0 or > width (the kernels clamp)
-    values: str = "normal"                # "normal" | "ties" | "special" | "ascending" | "equal"
+    values: str = "normal"                # "normal" | "ties" | "special" | "ascending" | "equal" | "edges"
     starts: tuple[int, ...] | None = None
     row_gap: int = 0                      # extra (poisoned) elements between rows: row stride = width + row_gap
 
@@ -61,8 +61,10 @@ CASES = [
     # k above one ordering range (4 ranges of the selection at the launcher's tiling), rows shorter than k padded
     Case("k300", 900, 300, (900, 299, 10, 0)),
     Case("row_stride", 333, 20, (333, 100, 333), row_gap=13),
-    # ragged prefill: starts (start == end, start > end, negative start) with absolute indices
-    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30), values="ties", starts=(0, 300, 40, 700, -5, 10)),
+    # ragged prefill: starts (start == end, start > end, negative start) with absolute indices; the int32
+    # extremes (end - start would wrap in int32)
+    Case("ragged", 1100, 50, (1100, 800, 40, 600, 1100, 30, -2 ** 31, 2 ** 31 - 1), values="ties",
+         starts=(0, 300, 40, 700, -5, 10, 5, -2 ** 31)),
     Case("mixed_ragged", 600, 24, tuple(np.random.default_rng(2).integers(-5, 640, MIXED_ROWS).tolist()),
          values="special", starts=tuple(np.random.default_rng(3).integers(-5, 400, MIXED_ROWS).tolist())),
 ]
@@ -89,6 +91,11 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
         x = rng.choice(TIE_VALUES, size=(rows, stride))
     elif case.values == "special":
         x = rng.choice(SPECIAL_VALUES, size=(rows, stride))
+    elif case.values == "edges":    # normal, and the two largest values at each row's first and last column
+        x = rng.standard_normal((rows, stride)).astype(np.float32)
+        starts, ends = _clamped_ranges(case)
+        for r in np.flatnonzero(ends > starts):
+            x[r, starts[r]], x[r, ends[r] - 1] = 8.0, 9.0
     elif case.values == "ascending":
         x = np.broadcast_to(np.arange(stride, dtype=np.float32), (rows, stride)).copy()
     else:
@@ -124,16 +131,27 @@ def test_matches_sim_and_top_k_per_row(case: Case, tiling: str, device):
                  context=context)
 
 
+#: rows for the narrow tiles (with MIN_TIER_W lowered to 16), their first and last visible columns always selected
+#: (a tile that misses either fails): at width 1100 (tiles 2048 / 1024 / 512) rows whose columns lie past the first
+#: half (a tile from column 0 would miss them) and rows whose visible count fits a narrower tile that their start
+#: rounded down to 16 does not; at width 30 (tiles 32 / 16: two tiers) the same
+TIER_CASES = [
+    Case("tier_bases", 1100, 40, (1100, 529, 1025, 1100, 1100, 1100, 700, 520, 1040), values="edges",
+         starts=(300, 17, 1, 560, 600, 1085, 0, 8, 527)),
+    Case("two_tiers", 30, 5, (30, 30, 20, 9, 30, 16, 25), values="edges", starts=(0, 17, 3, 2, 15, 1, 8)),
+]
+
+
 @pytest.mark.parametrize("cap", [radix_fast.ROW_CAP, 16])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES + TIER_CASES, ids=lambda c: c.name)
 def test_row_tiers(case: Case, cap: int, device, monkeypatch):
-    """The on-chip kernel with three tile widths (as it runs for many rows, narrowest tile lowered to 16 columns
-    here): each row in the narrowest tile that holds its columns from its start rounded down to 16, the last row
-    first. The cases' rows fall in every tier; a tiny candidate tile also selects directly in the narrow ones."""
+    """The on-chip kernel with up to three tile widths (as it runs for many rows; the narrowest lowered to 16
+    columns here): each row in the narrowest tile that holds its columns from its start rounded down to 16, the
+    last row first. TIER_CASES put rows in every tile of three and of two tiers, at bases that matter; a tiny
+    candidate tile also selects directly in the narrow tiles."""
     monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)
     tile = radix_fast.row_tile(case.width)
-    tiers = radix_fast.row_tiers(tile, 3)
-    assert tiers == (3 if tile >= 64 else 1 if tile == 16 else 2)
+    assert radix_fast.row_tiers(tile, 3) == (3 if tile >= 64 else 1 if tile == 16 else 2)
     rng = np.random.default_rng(sum(map(ord, case.name)))
     x = _logits(case, rng)
     starts, ends = _clamped_ranges(case)
@@ -217,6 +235,10 @@ def test_register_cap_from_rows_per_sm():
     assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).maxnreg is None
     assert radix_fast.fast_tiling(8192, 2048, rows=many).maxnreg is None
     assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).maxnreg is None
+    # and holds each row in the narrowest of MANY_ROWS_TIERS tiles, with the same threshold
+    assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).tiers == radix_fast.MANY_ROWS_TIERS == 3
+    assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).tiers == 1
+    assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
     assert 2 * radix_fast.NUM_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
     call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048)   # a CPU tensor: no SM count to ask for
     assert radix_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None

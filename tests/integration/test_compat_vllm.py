@@ -107,12 +107,16 @@ def test_topk_prefill_relative_indices_caller_buffer(device):
 
 @pytest.mark.parametrize("two_d", [False, True], ids=["seq_lens_1d", "seq_lens_2d"])
 def test_topk_decode_next_n(two_d, device):
-    """Decode top-k: (next_n, seq_lens) rows, absolute indices into the caller's buffer."""
+    """Decode top-k: (next_n, seq_lens) rows, absolute indices into the caller's buffer; a sequence length of
+    int32's minimum sees nothing (its 1-D rows' lengths must not wrap)."""
     rng = case_rng(f"vllm-topk-decode-{two_d}")
-    batch, next_n, width, k = 3, 2, 20, 6
+    batch, next_n, width, k = 4, 2, 20, 6
     logits = _logits(rng, batch * next_n, width, width + 4, device)
-    seq_lens = np.array([[3, 4], [19, 20], [1, 2]] if two_d else [4, 20, 2], np.int32)
-    lengths = seq_lens.reshape(-1) if two_d else (seq_lens[:, None] - next_n + 1 + np.arange(next_n)).reshape(-1)
+    low = -2 ** 31
+    seq_lens = np.array([[3, 4], [19, 20], [1, 2], [low, low]] if two_d else [4, 20, 2, low], np.int32)
+    wide = seq_lens.astype(np.int64)
+    lengths = np.clip(wide.reshape(-1) if two_d else (wide[:, None] - next_n + 1 + np.arange(next_n)).reshape(-1),
+                      0, width)
     out = torch.empty((batch * next_n, k), dtype=torch.int32, device=device)
     vllm.top_k_per_row_decode(logits, next_n, torch.from_numpy(seq_lens).to(device), out, batch * next_n,
                               logits.stride(0), 1, k)

@@ -166,6 +166,9 @@ def test_schedule_local_lengths(device):
     local_meta = hw.get_paged_mqa_logits_metadata(schedule.local_context_lens, 16, 2)
     assert torch.equal(schedule.schedule_meta, local_meta)
     assert not torch.equal(local_meta, hw.get_paged_mqa_logits_metadata(schedule.context_lens, 16, 2))
+    # int32's most negative length: its rows see nothing (the row offsets must not wrap it to a huge length)
+    schedule.update(torch.tensor([25, -2 ** 31], dtype=torch.int32, device=device))
+    assert schedule.local_row_lengths.tolist() == [3, 4, 5, 0, 0, 0]
 
 
 @pytest.mark.parametrize("make, message", [

@@ -65,7 +65,7 @@ def test_buffers_are_fixed_and_match_hw_and_sim(next_n, device):
     batch, max_pages, max_context = 3, 4, 50       # max_context < max_pages * PAGE: both clamps matter
     schedule = DecodeSchedule(batch, max_pages, PAGE, max_context, device, next_n=next_n, num_sms=5)
     pointers = (schedule.context_lens.data_ptr(), schedule.row_lengths.data_ptr(), schedule.schedule_meta.data_ptr())
-    for context in ([0, 1, 17], [33, 64, 70], [1, 0, 0]):
+    for context in ([0, 1, 17], [33, 64, 70], [1, 0, 0], [-2 ** 31, 2 ** 31 - 1, -1]):   # int32's extremes
         ctx = torch.tensor(context, dtype=torch.int32, device=device)
         schedule.update(ctx)
         assert (schedule.context_lens.data_ptr(), schedule.row_lengths.data_ptr(),
