@@ -32,7 +32,15 @@ from dataclasses import dataclass
 
 import torch
 
-from hw.checks import check_error_flag, check_flag, check_tensor, new_error_flag, raise_if_flagged, validate_requested
+from hw.checks import (
+    check_error_flag,
+    check_flag,
+    check_tensor,
+    new_error_flag,
+    raise_if_flagged,
+    stream_capturing,
+    validate_requested,
+)
 from hw.layout import check_cache_view, check_scorer_head_dim
 from hw.topk import MAX_K
 
@@ -160,6 +168,10 @@ class SparseIndexer:
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         # the messages are formatted only when raised: torch.compile (2.11) cannot format a symbolic batch size
         if isinstance(metadata, PrefillMetadata):
+            if stream_capturing() and not torch.compiler.is_compiling():
+                # a replay would reuse this call's host lengths (and read a pinned buffer reused since)
+                raise ValueError("the hook's prefill takes its lengths from the host: call it eagerly, not while "
+                                 "capturing a CUDA graph (decode steps can be captured)")
             self._check_prefill(metadata)
             if num_tokens != metadata.num_tokens:
                 raise ValueError(f"q has {num_tokens} tokens, but the prefill metadata counts {metadata.num_tokens}")
@@ -246,14 +258,18 @@ class SparseIndexer:
             yield rows, logits, ends
 
     def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
-        tops = [(rows, ops.top_k_per_row(logits, ends, self.top_k, None))
-                for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate)]
-        if len(tops) == 1 and tops[0][0] == slice(0, meta.num_tokens):
-            return tops[0][1]                   # one request holds every row: its top-k is the output, no copy
-        out = torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=weights.device)
-        for rows, top in tops:
+        out = None
+        for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
+            top = ops.top_k_per_row(logits, ends, self.top_k, None)
+            if rows == slice(0, meta.num_tokens):
+                return top                      # one request holds every row: its top-k is the output, no copy
+            out = self._no_top_k(meta, weights.device) if out is None else out
             out[rows] = top
-        return out
+        return self._no_top_k(meta, weights.device) if out is None else out
+
+    def _no_top_k(self, meta: PrefillMetadata, device: torch.device) -> torch.Tensor:
+        """A prefill's output before any request's top-k is written into it: int32 [T, top_k] of -1."""
+        return torch.full((meta.num_tokens, self.top_k), -1, dtype=torch.int32, device=device)
 
     def _decode(self, q_pair, weights: torch.Tensor, meta: DecodeMetadata, validate: bool) -> torch.Tensor:
         sched = meta.schedule

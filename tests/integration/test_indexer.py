@@ -228,6 +228,26 @@ def test_hook_rejects_before_writing_the_cache(case: Rejection, device):
     assert bool((pool.pool == 0xFF).all()), "the hook wrote the cache before rejecting its input"
 
 
+def test_prefill_refuses_graph_capture(device, monkeypatch):
+    """The prefill path takes host lengths (copied through pinned memory): captured in a CUDA graph, a replay would
+    reuse them. Inside capture (simulated here) the hook refuses a prefill, saying what to do, before it writes the
+    cache."""
+    import integration.indexer as indexer
+    monkeypatch.setattr(indexer, "stream_capturing", lambda: True)
+    case = CASES[1]
+    page, dim, heads = case.page_size, case.head_dim, case.heads
+    pool = IndexerPool(PoolLayout("mxfp4", None, 1, NUM_PAGES, page, dim), device)
+    hook = SparseIndexer(_decision(case), pool.view(0), top_k=4, max_context_len=3 * page)
+    rows = 20
+    meta = PrefillMetadata(torch.arange(rows, device=device), torch.tensor([[0, 1, 2]], dtype=torch.int32,
+                                                                           device=device), (rows,), (rows,))
+    q = torch.zeros(rows, heads, dim, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match="call it eagerly, not while capturing a CUDA graph"):
+        hook(q, torch.zeros(rows, dim, dtype=torch.bfloat16, device=device),
+             torch.ones(rows, heads, device=device), meta)
+    assert bool((pool.pool == 0xFF).all()), "the hook wrote the cache before refusing the prefill"
+
+
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_validate_mode_rejects_slots_past_the_cache(how, device, monkeypatch):
     """Slots past the cache are skipped by the writer in the hot path (checking needs a sync); validate mode
