@@ -103,12 +103,13 @@ def top_k_per_row_kernel(
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
 
-    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row), width), 0)    # >= 0: end - start cannot wrap
+    end = tl.minimum(tl.load(ends_ptr + row), width)
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row), 0)
     else:
         start = 0
-    k_eff = tl.minimum(tl.maximum(end - start, 0), k)   # how many real indices this row outputs
+    # how many real indices this row outputs (end - start could wrap in int32: end may be -2^31)
+    k_eff = tl.minimum(tl.maximum(end, start) - start, k)
 
     # ---- radix select: the exact key T of the k_eff-th largest visible logit
     bins = tl.arange(0, _RADIX)
@@ -180,12 +181,12 @@ def top_k_rows_kernel(
     row_ptr = (logits_ptr + row * stride_row)[:, None]                # [ROWS, 1]
     out_row = (out_ptr + row * k)[:, None]
 
-    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row, mask=live, other=0), width), 0)   # end - start cannot wrap
+    end = tl.minimum(tl.load(ends_ptr + row, mask=live, other=0), width)
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row, mask=live, other=0), 0)
     else:
         start = tl.zeros([ROWS], dtype=tl.int32)
-    k_eff = tl.minimum(tl.maximum(end - start, 0), k)
+    k_eff = tl.minimum(tl.maximum(end, start) - start, k)    # not end - start, which could wrap in int32
     first, last = tl.min(start, 0), tl.max(end, 0)    # the column span any row of this program sees
     start, end = start[:, None], end[:, None]
 

@@ -181,14 +181,15 @@ def group_size(width: int, tile_w: int) -> int:
 # ------------------------------------------------------------------------------------------------- jit helpers
 @triton.jit
 def _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS: tl.constexpr):
-    """(start, end, k_eff) of a row: visible columns start <= j < end, k_eff = min(k, visible count); start and end
-    >= 0, so that end - start cannot wrap in int32."""
-    end = tl.maximum(tl.minimum(tl.load(ends_ptr + row), width), 0)
+    """(start, end, k_eff) of a row: visible columns start <= j < end, k_eff = min(k, visible count); start >= 0,
+    end may be negative (no column visible): counts are taken as max(end, start) - start, which cannot wrap in int32
+    as end - start can."""
+    end = tl.minimum(tl.load(ends_ptr + row), width)
     if HAS_STARTS:
         start = tl.maximum(tl.load(starts_ptr + row), 0)
     else:
         start = end * 0
-    return start, end, tl.minimum(tl.maximum(end - start, 0), k)
+    return start, end, tl.minimum(tl.maximum(end, start) - start, k)
 
 
 @triton.jit
@@ -376,7 +377,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
     lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
     hi = lo * 0 + _KEY_MAX
-    ge_lo = tl.maximum(end - start, 0)
+    ge_lo = tl.maximum(end, start) - start
     above = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
         lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
@@ -424,7 +425,7 @@ def _topk_row_kernel(
         lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
-        base = tl.multiple_of(tl.minimum(start, end) // 16 * 16, 16)
+        base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
             lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP,
                                                            TILE_W)
