@@ -235,16 +235,8 @@ def test_validate_rejects_negative_context(device):
 @pytest.mark.parametrize("variant", case_variants(Op.DECODE, "fp8"))
 def test_negative_context_sees_nothing_as_in_sim(device, variant):
     """Unvalidated, a negative context length is an empty row in every variant, and sim.scorer agrees."""
-    case = DecodeCase("fp8", 32, 16, 2, 1, (20, 5), 32, 3)
-    args, (q_ref, pool, geom, w_ref, _, bt) = _run(case, device, np.random.default_rng(5))
-    ctx = np.array([20, -3], dtype=np.int32)
-    args.update(context_lens=torch.from_numpy(ctx).to(device), clean_logits=True, variant=variant,
-                schedule_meta=hw.get_paged_mqa_logits_metadata(torch.from_numpy(ctx).to(device), case.page_size, 2))
-    out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
-    ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
-    n, u = declared_precision(Op.DECODE, "fp8", case.head_dim, device, variant)
-    bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, n_roundings=n, u=u)
-    scorer.assert_logits_within_bound(out, ref, bound)
+    out = _logits_against_sim(DecodeCase("fp8", 32, 16, 2, 1, (20, 5), 32, 3), np.array([20, -3], dtype=np.int32),
+                              variant, device, seed=5)
     assert np.isneginf(out[1]).all()
 
 
@@ -253,17 +245,23 @@ def test_most_negative_context_with_next_n_2_sees_nothing(device, variant):
     """1-D context lengths of int32's minimum at next_n 2: ctx(b, 0) = max(0, -2^31 - 1) would wrap to 2^31 - 1 in
     int32 arithmetic (every column visible); every variant gives empty rows, as sim.scorer does."""
     kv_dtype = "fp8" if variant in case_variants(Op.DECODE, "fp8") else "mxfp4"
-    case = DecodeCase(kv_dtype, 64, 16, 2, 2, (20, 5), 32, 3)
-    args, (q_ref, pool, geom, w_ref, _, bt) = _run(case, device, np.random.default_rng(6))
-    ctx = np.array([20, -2 ** 31], dtype=np.int32)
+    out = _logits_against_sim(DecodeCase(kv_dtype, 64, 16, 2, 2, (20, 5), 32, 3),
+                              np.array([20, -2 ** 31], dtype=np.int32), variant, device, seed=6)
+    assert np.isneginf(out[2:]).all()
+
+
+def _logits_against_sim(case: DecodeCase, ctx: np.ndarray, variant: str, device, *, seed: int) -> np.ndarray:
+    """`variant`'s clean logits for `case` with its context lengths replaced by `ctx` (unvalidated), checked against
+    sim.scorer within the variant's declared bound; returned as numpy."""
+    args, (q_ref, pool, geom, w_ref, _, bt) = _run(case, device, np.random.default_rng(seed))
     args.update(context_lens=torch.from_numpy(ctx).to(device), clean_logits=True, variant=variant,
                 schedule_meta=hw.get_paged_mqa_logits_metadata(torch.from_numpy(ctx).to(device), case.page_size, 2))
     out = hw.fp8_fp4_paged_mqa_logits(**args).cpu().numpy()
     ref = scorer.decode_logits(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, clean_logits=True)
-    n, u = declared_precision(Op.DECODE, kv_dtype, case.head_dim, device, variant)
+    n, u = declared_precision(Op.DECODE, case.kv_dtype, case.head_dim, device, variant)
     bound = scorer.decode_error_bound(q_ref, pool, geom, w_ref, ctx, bt, case.max_context_len, n_roundings=n, u=u)
     scorer.assert_logits_within_bound(out, ref, bound)
-    assert np.isneginf(out[2:]).all()
+    return out
 
 
 # ============================================================================================ rejections
