@@ -30,6 +30,7 @@ from .checks import (
     validate_requested,
 )
 from .layout import check_cache_view, check_head_dim
+from .targets import Target, target_of
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
@@ -46,6 +47,12 @@ COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' 
 def _rows_per_program() -> int:
     """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation)."""
     return INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
+
+def _hw_e4m3(device: torch.device, kernel) -> bool:
+    """HW_E4M3 of the FP8 kernels: the hardware E4M3 conversion on NVIDIA GPUs of compute capability >= 8.9 (the
+    first with one), the integer encoder elsewhere (the interpreter, AMD, older GPUs)."""
+    return target_of(device, kernel) is Target.NVIDIA and torch.cuda.get_device_capability(device) >= (8, 9)
+
 
 def _scale_rule_id(scale_rule) -> int:
     rule = getattr(scale_rule, "value", scale_rule)  # accepts sim.formats.ScaleRule members too
@@ -134,7 +141,8 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     d_pad = triton.next_power_of_2(head_dim)
     if view.kv_dtype == "fp8":
         k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=block_t,
-                                       HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS)
+                                       HAS_FLAG=error_flag is not None,
+                                       HW_E4M3=_hw_e4m3(device, k_quant_cache_fp8_kernel), num_warps=NUM_WARPS)
     else:
         k_quant_cache_mxfp4_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size,
                                          TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=block_t,
@@ -190,5 +198,5 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
         q_quant_fp8_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, w_rows, values, folded, rows.shape[0], *rows.stride(), w_rows.stride(0),
             D=head_dim, D_PAD=triton.next_power_of_2(head_dim), BLOCK_T=block_t,
-            num_warps=NUM_WARPS)
+            HW_E4M3=_hw_e4m3(q.device, q_quant_fp8_kernel), num_warps=NUM_WARPS)
     return values.view(FP8_DTYPE), folded

@@ -25,9 +25,9 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
       e4m3 byte with its block's E8M0 scale folded in relative to the key's (query row's) largest block scale,
       e4m3(e2m1 * 2^(rel + 6)) for -FOLD_SPAN <= rel <= 0; D >= 64 converts the code bytes in paged_keys_m's split
-      K order and sums two K = D/2 FP8 MMAs, D = 32 takes one K = 32 MMA in the natural order. The keys are
-      converted once, by fold_keys_kernel into a scratch copy (D + 4 bytes per key) that every program's key loop
-      reads like FP8 keys; each program converts its own query rows once. Then
+      K order and puts its two K = D/2 operands side by side, D = 32 keeps the natural order: one K = D FP8 MMA.
+      The keys are converted once, by fold_keys_kernel into a scratch copy (D + 4 bytes per key) that every
+      program's key loop reads like FP8 keys; each program converts its own query rows once. Then
           q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
       with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
       2^(skmax + c - 266) applied to the key after the head sum. Keys whose block scales span more than FOLD_SPAN
@@ -166,30 +166,24 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
 
 
 @triton.jit
-def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c, ks, ke, lo, hi, out_cols, row_in,
-               SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
-               SPLIT: tl.constexpr, MASKED: tl.constexpr):
-    """Score and store the folded MXFP4 keys `cols` of one tile (fold_keys_kernel's operands; MASKED as in
-    _fp8_tile) -> int32 [BLOCK_K]: 1 where a key in [lo, hi) is wide (the exact pass rescores it)."""
-    KH: tl.constexpr = kh.shape[0]
-    if SPLIT:
-        k_at = k8_ptr + cols[:, None] * KH + kh[None, :]     # KH = D/2: the offsets of the codes, int32
-    else:
-        k_at = k8_ptr + cols[:, None].to(tl.int64) * KH + kh[None, :]   # 32 bytes a key, twice its codes
+def _fold_tile(k8_ptr, kmeta_ptr, k0, t, d, qt, w_fold, c, ks, ke, lo, hi, out_cols, row_in, SK,
+               BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+               MASKED: tl.constexpr):
+    """Score and store the folded MXFP4 keys k0 + t of one tile (fold_keys_kernel's operands, one K = D MMA, as
+    FP8 keys; MASKED as in _fp8_tile) -> int32 [BLOCK_K]: 1 where a key in [lo, hi) is wide (the exact pass
+    rescores it)."""
+    D: tl.constexpr = d.shape[0]
+    cols = k0 + t
+    # the tile's base in 64 bits (SK * D may not fit in 32), the offsets in it in 32
+    k_at = (k8_ptr + tl.cast(k0, tl.int64) * D) + (t[:, None] * D + d[None, :])
     if MASKED:
         k_ok = cols < SK
         meta = tl.load(kmeta_ptr + cols, mask=k_ok, other=E8M0_ONE)
-        k1 = tl.load(k_at, mask=k_ok[:, None], other=0)
+        k8 = tl.load(k_at, mask=k_ok[:, None], other=0)
     else:
         meta = tl.load(kmeta_ptr + cols)
-        k1 = tl.load(k_at)
-    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
-    if SPLIT:
-        if MASKED:
-            k2 = tl.load(k_at + stride_k8_plane, mask=k_ok[:, None], other=0)
-        else:
-            k2 = tl.load(k_at + stride_k8_plane)
-        acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
+        k8 = tl.load(k_at)
+    acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
     sk_max = meta & 0xFF
     k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
     logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
@@ -199,18 +193,27 @@ def _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, cols, kh, qt, qt2, w_fold, c,
 
 
 @triton.jit
-def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t, stride_k8_plane,
+def _operand_cat(a, b):
+    """[R, C] and [R, C] -> [R, 2C] = [a | b]: the two K = D/2 operands of the split order side by side, so that
+    one K = D MMA takes both (the same K = 32 MMAs, in the same order, as two K = D/2 ones)."""
+    R: tl.constexpr = a.shape[0]
+    C: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (R, 2 * C))
+
+
+@triton.jit
+def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, stride_ks_t,
                      D: tl.constexpr, BLOCK_K: tl.constexpr, MX_MODE: tl.constexpr):
     """MXFP4 keys -> the fold loop's operands, each key converted once (not once per query block).
 
     k_v: codes [SK, D/2], k_s: E8M0 [SK, D/32] (strides in elements, innermost contiguous). Writes
-      k8 uint8 [2, SK, D/2] (D >= 64): k8[0, j] and k8[1, j] are the e4m3 bytes e2m1 * 2^(rel + 6) of key j's
-          first and second K = D/2 operand in paged_keys_m's split K order (rel = its block's scale minus the
-          key's largest, floored at -FOLD_SPAN); D = 32: uint8 [1, SK, 32] in the natural order;
+      k8 uint8 [SK, D], key j's K = D operand: the e4m3 bytes e2m1 * 2^(rel + 6) (rel = its block's scale minus
+          the key's largest, floored at -FOLD_SPAN); D >= 64: bytes [0, D/2) and [D/2, D) are the first and
+          second K = D/2 operand of paged_keys_m's split K order, D = 32: the natural order;
       kmeta int32 [SK]: bits 0-7 the key's largest block scale sk_max (E8M0_NAN: a NaN key), bit KEY_WIDE_SHIFT
           set when its scales span more than FOLD_SPAN binades (and it is not NaN): the fold flushed its low
           blocks and the exact pass rescores it.
-    stride_k8_plane: the offset of k8's second plane (SK * D / 2). Grid (cdiv(SK, BLOCK_K),)."""
+    Grid (cdiv(SK, BLOCK_K),)."""
     pid = tl.program_id(0).to(tl.int64)
     cols = pid * BLOCK_K + tl.arange(0, BLOCK_K)
     ok = cols < SK
@@ -224,14 +227,11 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
     tl.store(kmeta_ptr + cols, sk_max | (wide.to(tl.int32) << KEY_WIDE_SHIFT), mask=ok)
     k_rel = tl.maximum(ksc - sk_max[:, None], -FOLD_SPAN)
     if D >= 2 * MIN_SPLIT_K:
-        k1, k2 = _fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE)
-        at = k8_ptr + cols[:, None] * (D // 2) + jb[None, :]
-        tl.store(at, k1, mask=ok[:, None])
-        tl.store(at + stride_k8_plane, k2, mask=ok[:, None])
+        k8 = _operand_cat(*_fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE))
     else:
-        d = tl.arange(0, D)
-        tl.store(k8_ptr + cols[:, None] * D + d[None, :], _fold(_bytes_to_words(kb), k_rel, MX_MODE),
-                 mask=ok[:, None])
+        k8 = _fold(_bytes_to_words(kb), k_rel, MX_MODE)
+    d = tl.arange(0, D)
+    tl.store(k8_ptr + cols[:, None] * D + d[None, :], k8, mask=ok[:, None])
 
 
 @triton.jit
@@ -239,7 +239,7 @@ def prefill_keys_m_kernel(
     q_v_ptr, q_s_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr, wide_ptr, flag_ptr, k8_ptr, kmeta_ptr,
     S, SK,
     stride_qv_s, stride_qv_h, stride_qs_s, stride_qs_h,
-    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s, stride_k8_plane,
+    stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
     CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
@@ -248,7 +248,7 @@ def prefill_keys_m_kernel(
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
     out fp32 [S, SK]; wide: int32 [cdiv(S, BLOCK_Q)] (MXFP4: the fold pass writes WIDE_KEY | WIDE_QUERY per
     program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
-    k_v and k_s (MXFP4's fold pass; else unused), stride_k8_plane the offset of k8's second plane. Innermost
+    k_v and k_s (MXFP4's fold pass; else unused). Innermost
     dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
     flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
     # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
@@ -308,28 +308,23 @@ def prefill_keys_m_kernel(
         c = tl.max(tl.where(col_ok & ~q_nan, sq_max, 0))
         w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
         q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
-        SPLIT: tl.constexpr = D >= 2 * MIN_SPLIT_K
-        if SPLIT:           # two K = D/2 operands in the split order
-            q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
-            qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                                    # [D/2, NQ]
-            qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
+        if D >= 2 * MIN_SPLIT_K:        # the two K = D/2 operands of the split order, side by side (as k8)
+            q8 = _operand_cat(*_fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE))
         else:
-            qt = tl.trans(_fold(_bytes_to_words(q_bytes), q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)
+            q8 = _fold(_bytes_to_words(q_bytes), q_rel, MX_MODE)
+        qt = tl.trans(q8).to(tl.float8e4nv, bitcast=True)                                         # [D, NQ]
 
         # the fold loop over fold_keys_kernel's operands: every key is stored; the exact pass overwrites the wide
         # ones (after this launch)
-        KH: tl.constexpr = D // 2 if SPLIT else D             # bytes per key of each operand
-        kh = tl.arange(0, KH)
-        if not SPLIT:
-            qt2 = qt                                            # unused
+        d = tl.arange(0, D)
         fold_end = tl.where(q_wide > 0, first, hi)              # a wide query row: the exact pass scores all
         wide_keys = tl.zeros((BLOCK_K,), tl.int32)      # 1 where a key of that tile position was wide
         for k0 in tl.range(first, tl.minimum(fold_end, whole_end), BLOCK_K, num_stages=NUM_STAGES):
-            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
-                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, False)
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, k0, t, d, qt, w_fold, c, ks, ke, lo, hi, out_cols, row_in,
+                                    SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, False)
         for k0 in tl.range(tl.maximum(first, whole_end), fold_end, BLOCK_K, num_stages=1):   # the tile past SK
-            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, stride_k8_plane, k0 + t, kh, qt, qt2, w_fold, c, ks, ke, lo,
-                                    hi, out_cols, row_in, SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, SPLIT, True)
+            wide_keys |= _fold_tile(k8_ptr, kmeta_ptr, k0, t, d, qt, w_fold, c, ks, ke, lo, hi, out_cols, row_in,
+                                    SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
 
         tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
     else:
@@ -399,12 +394,11 @@ def _launcher(kv_dtype: str):
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         k8 = kmeta = call.ks
         if mx:
-            split = 2 if call.head_dim >= 2 * MIN_SPLIT_K else 1
-            k8 = torch.empty((split, call.num_k, call.head_dim // split), dtype=torch.uint8, device=call.out.device)
+            k8 = torch.empty((call.num_k, call.head_dim), dtype=torch.uint8, device=call.out.device)
             kmeta = torch.empty(call.num_k, dtype=torch.int32, device=call.out.device)
             fold_keys_kernel[(triton.cdiv(call.num_k, FOLD_KEYS_BLOCK),)](
                 call.k_v, call.k_s, k8, kmeta, call.num_k, call.k_v.stride(0), call.k_s.stride(0),
-                k8.stride(0), D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
+                D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
         for exact_pass in (False, True) if mx else (False,):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
@@ -412,7 +406,6 @@ def _launcher(kv_dtype: str):
                 call.num_q, call.num_k,
                 call.q_v.stride(0), call.q_v.stride(1), call.q_s.stride(0), call.q_s.stride(1),
                 call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
-                k8.stride(0) if mx else 0,
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
                 PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
@@ -425,7 +418,7 @@ def _launcher(kv_dtype: str):
 #: (D, H) of the specs: the serving shape (D 128, H 32), the small and large head dims, H 64 (BLOCK_Q 2)
 ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 #: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
-_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "stride_k8_plane", "SK")
+_ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
 _POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr",
              "flag_ptr", "k8_ptr", "kmeta_ptr")
 
@@ -442,8 +435,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
         label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
         signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
                    **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
-                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s",
-                                               "stride_k8_plane")}},
+                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
@@ -459,10 +451,10 @@ def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
     return CompileSpec(
         label=f"prefill_keys_m/mxfp4/fold_keys/D{head_dim}", fn=fold_keys_kernel,
         signature={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32", "SK": "i32",
-                   "stride_kv_t": "i32", "stride_ks_t": "i32", "stride_k8_plane": "i32"},
+                   "stride_kv_t": "i32", "stride_ks_t": "i32"},
         constexprs={"D": head_dim, "BLOCK_K": FOLD_KEYS_BLOCK,
                     "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim).mx_mode},
-        aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "stride_k8_plane", "SK"),
+        aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "SK"),
         targets=(target.isa_target,))
 
 

@@ -21,19 +21,29 @@ _WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "flag_ptr": "*i32", "num_
                "page_stride": "i32", "stride_kt": "i32", "stride_kd": "i32", "stride_s": "i32"}
 
 
-def _writer_spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
+def _fp8_targets(label: str, hw_e4m3: bool) -> dict:
+    """The FP8 kernels' E4M3 encoder per target, as the launchers choose it (hw/quant.py): the hardware conversion
+    on sm90, the integer encoder on gfx950."""
+    return {"label": label + ("/hw_e4m3" if hw_e4m3 else ""), "targets": ("sm90",) if hw_e4m3 else ("gfx950",)}
+
+
+def _writer_spec(layout: str, head_dim: int, page_size: int, hw_e4m3: bool = False) -> CompileSpec:
     mx = layout != "fp8"
     constexprs = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "P": page_size, "BLOCK_T": BLOCK_T,
                   "HAS_FLAG": False}
+    label = f"k_quant_cache/{layout}/D{head_dim}/P{page_size}"
     if mx:
         constexprs |= {"TILED": layout == "mxfp4_tiled", "RULE": RULE_RCEIL.value}
-    return CompileSpec(label=f"k_quant_cache/{layout}/D{head_dim}/P{page_size}",
-                       fn=k_quant_cache_mxfp4_kernel if mx else k_quant_cache_fp8_kernel,
+        where = {"label": label}
+    else:
+        constexprs |= {"HW_E4M3": hw_e4m3}
+        where = _fp8_targets(label, hw_e4m3)
+    return CompileSpec(**where, fn=k_quant_cache_mxfp4_kernel if mx else k_quant_cache_fp8_kernel,
                        signature={"k_ptr": "*bf16", **_WRITER_SIG}, constexprs=constexprs, num_warps=NUM_WARPS,
                        aligned=("cache_ptr", "page_stride"))
 
 
-def _q_spec(kv_dtype: str, head_dim: int) -> CompileSpec:
+def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False) -> CompileSpec:
     d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": BLOCK_T}
     if kv_dtype == "mxfp4":
         return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
@@ -41,17 +51,18 @@ def _q_spec(kv_dtype: str, head_dim: int) -> CompileSpec:
                                       "stride_qr": "i32", "stride_qd": "i32"},
                            constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=NUM_WARPS,
                            aligned=("codes_ptr", "scales_ptr"))
-    return CompileSpec(label=f"q_quant/fp8/D{head_dim}", fn=q_quant_fp8_kernel,
+    return CompileSpec(**_fp8_targets(f"q_quant/fp8/D{head_dim}", hw_e4m3), fn=q_quant_fp8_kernel,
                        signature={"q_ptr": "*bf16", "w_ptr": "*fp32", "values_ptr": "*u8", "w_out_ptr": "*fp32",
                                   "num_rows": "i32", "stride_qr": "i32", "stride_qd": "i32", "stride_w": "i32"},
-                       constexprs=d, num_warps=NUM_WARPS, aligned=("values_ptr", "w_out_ptr"))
+                       constexprs=d | {"HW_E4M3": hw_e4m3}, num_warps=NUM_WARPS, aligned=("values_ptr", "w_out_ptr"))
 
 
 # Every layout at the serving shape (D = 128, P = 64), the small head dims that exercise other tile widths, and
-# a non-power-of-two D (padded tiles).
+# a non-power-of-two D (padded tiles); the FP8 kernels with each target's E4M3 encoder.
 ISA_SPECS = (
-    _writer_spec("fp8", 128, 64), _writer_spec("fp8", 32, 16),
+    *(_writer_spec("fp8", d, p, hw) for d, p in ((128, 64), (32, 16)) for hw in (False, True)),
     _writer_spec("mxfp4", 128, 64), _writer_spec("mxfp4", 64, 16), _writer_spec("mxfp4", 32, 64),
     _writer_spec("mxfp4", 96, 32), _writer_spec("mxfp4_tiled", 128, 64), _writer_spec("mxfp4_tiled", 256, 16),
-    _q_spec("mxfp4", 128), _q_spec("mxfp4", 32), _q_spec("fp8", 128), _q_spec("fp8", 64),
+    _q_spec("mxfp4", 128), _q_spec("mxfp4", 32),
+    *(_q_spec("fp8", d, hw) for d in (128, 64) for hw in (False, True)),
 )

@@ -143,6 +143,17 @@ def e4m3_byte(a, negative, k):
 
 
 @triton.jit
+def e4m3_byte_hw(x, k):
+    """e4m3_byte of finite x for the k of fp8_scale_exponent (-22 <= k <= 120), by one multiply and the hardware
+    conversion (cvt.rn.satfinite.e4m3x2.f32 on NVIDIA): 2^-k is a normal fp32, so x * 2^-k is exact unless it
+    falls below 2^-126, far under e4m3's smallest step 2^-9, where both encoders give a signed zero; the product is
+    at most 448 in magnitude, so the conversion's saturation never acts. Not for the interpreter or AMD, whose
+    conversions are not this one."""
+    v = x * pow2_bits(-k).to(tl.float32, bitcast=True)
+    return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+
+
+@triton.jit
 def pow2_bits(k):
     """int32 bits of the fp32 2^k for -126 <= k <= 127."""
     return (k + F32_BIAS) << F32_MANT_BITS
@@ -168,11 +179,17 @@ def mxfp4_quantize_tile(x, BLOCKS: tl.constexpr, RULE: tl.constexpr):
 
 
 @triton.jit
-def fp8_quantize_tile(x):
-    """x: fp32 [R, D] -> (E4M3FN bytes int32 [R, D], scale bits int32 [R]: 2^k, or NaN for a non-finite row)."""
+def fp8_quantize_tile(x, HW_E4M3: tl.constexpr):
+    """x: fp32 [R, D] -> (E4M3FN bytes int32 [R, D], scale bits int32 [R]: 2^k, or NaN for a non-finite row).
+
+    HW_E4M3: encode with the hardware conversion (e4m3_byte_hw; NVIDIA compute capability >= 8.9), else with the
+    integer encoder e4m3_byte. Same bytes."""
     a, negative = abs_bits(x)
     nonfinite = tl.max((a >= F32_INF_BITS).to(tl.int32), axis=1) > 0
     k = fp8_scale_exponent(tl.max(a, axis=1))
-    values = e4m3_byte(a, negative, k[:, None])
+    if HW_E4M3:
+        values = e4m3_byte_hw(x, k[:, None])
+    else:
+        values = e4m3_byte(a, negative, k[:, None])
     values = tl.where(nonfinite[:, None], E4M3_NAN, values)
     return values, tl.where(nonfinite, F32_QNAN_BITS, pow2_bits(k))

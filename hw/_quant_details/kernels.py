@@ -87,11 +87,12 @@ def k_quant_cache_mxfp4_kernel(k_ptr, cache_ptr, slot_ptr, flag_ptr, num_tokens,
 def k_quant_cache_fp8_kernel(k_ptr, cache_ptr, slot_ptr, flag_ptr, num_tokens, num_slots, page_stride,
                              stride_kt, stride_kd, stride_s,
                              D: tl.constexpr, D_PAD: tl.constexpr, P: tl.constexpr, BLOCK_T: tl.constexpr,
-                             HAS_FLAG: tl.constexpr):
-    """k [T, D] -> E4M3FN values + the fp32 per-token scale (4 little-endian bytes) of token `slot`."""
+                             HAS_FLAG: tl.constexpr, HW_E4M3: tl.constexpr):
+    """k [T, D] -> E4M3FN values + the fp32 per-token scale (4 little-endian bytes) of token `slot`.
+    HW_E4M3: fp8_quantize_tile's."""
     rows, slot, write = _slot_rows(slot_ptr, flag_ptr, stride_s, num_tokens, num_slots, BLOCK_T, HAS_FLAG)
     x = _load_rows(k_ptr, rows, write, stride_kt, stride_kd, D, D_PAD)
-    values, scale_bits = fp8_quantize_tile(x)
+    values, scale_bits = fp8_quantize_tile(x, HW_E4M3)
     page = tl.where(write, slot // P, 0)
     t = tl.where(write, slot % P, 0).to(tl.int32)
     base = cache_ptr + page * page_stride
@@ -121,15 +122,16 @@ def q_quant_mxfp4_kernel(q_ptr, codes_ptr, scales_ptr, num_rows, stride_qr, stri
 
 @triton.jit
 def q_quant_fp8_kernel(q_ptr, w_ptr, values_ptr, w_out_ptr, num_rows, stride_qr, stride_qd, stride_w,
-                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_T: tl.constexpr):
+                       D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_T: tl.constexpr, HW_E4M3: tl.constexpr):
     """q rows [R, D] -> E4M3FN bytes [R, D] (contiguous) and w_out[r] = w[r] * scale[r] (fp32; NaN rows give NaN).
 
-    The scale is a power of two, so the product is the exact fp32 rounding of w * scale.
+    The scale is a power of two, so the product is the exact fp32 rounding of w * scale. HW_E4M3:
+    fp8_quantize_tile's.
     """
     rows = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     live = rows < num_rows
     x = _load_rows(q_ptr, rows, live, stride_qr, stride_qd, D, D_PAD)
-    values, scale_bits = fp8_quantize_tile(x)
+    values, scale_bits = fp8_quantize_tile(x, HW_E4M3)
     d = tl.arange(0, D_PAD)
     tl.store(values_ptr + rows[:, None] * D + d[None, :], values.to(tl.uint8),
              mask=live[:, None] & (d < D)[None, :])
