@@ -3,7 +3,9 @@
 Everything here is integer arithmetic on the int32 bit pattern of an fp32 value: no log2, no division and no
 floating-point multiply, so the result is the same on every backend whatever its denormal mode (AMD kernels may
 flush fp32 subnormals, libdevice calls on NVIDIA do) and at every scale exponent, including the extremes where a
-power of two 2^-s would leave the fp32 range.
+power of two 2^-s would leave the fp32 range. The one exception is e4m3_byte_hw, the hardware E4M3 conversion the
+FP8 quantizers take on NVIDIA GPUs that have one (measured: docs/perf/h200-prefill-ablation.md); its docstring
+says why the bytes are the same, and the GPU tests compare them with sim/.
 
 An fp32 magnitude with bits `a` (sign cleared) is written as M * 2^(be - 150), where be = max(a >> 23, 1) is the
 biased exponent (subnormals use 1) and M = mantissa field | implicit bit (2^23, normals only) < 2^24.
@@ -145,10 +147,11 @@ def e4m3_byte(a, negative, k):
 @triton.jit
 def e4m3_byte_hw(x, k):
     """e4m3_byte of finite x for the k of fp8_scale_exponent (-22 <= k <= 120), by one multiply and the hardware
-    conversion (cvt.rn.satfinite.e4m3x2.f32 on NVIDIA): 2^-k is a normal fp32, so x * 2^-k is exact unless it
-    falls below 2^-126, far under e4m3's smallest step 2^-9, where both encoders give a signed zero; the product is
-    at most 448 in magnitude, so the conversion's saturation never acts. Not for the interpreter or AMD, whose
-    conversions are not this one."""
+    conversion (cvt.rn.satfinite.e4m3x2.f32 on NVIDIA, round to nearest even): 2^-k is a normal fp32, so x * 2^-k
+    is exact whenever it is at least 2^-126. Below that, and for every subnormal x (|x| * 2^-k < 2^-104 as k >= -22,
+    whether the input is flushed or not), it lies far under half of e4m3's smallest step 2^-9 and both encoders
+    give a zero of x's sign. The product is at most 448 in magnitude, so the conversion's saturation never acts. Not for the interpreter or AMD, whose conversions are not
+    this one."""
     v = x * pow2_bits(-k).to(tl.float32, bitcast=True)
     return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
 
