@@ -168,7 +168,8 @@ class SparseIndexer:
         check_tensor("slot_mapping", metadata.slot_mapping, dtypes=torch.int64, shape=(num_tokens,), device=device)
         # the messages are formatted only when raised: torch.compile (2.11) cannot format a symbolic batch size
         if isinstance(metadata, PrefillMetadata):
-            if stream_capturing() and not torch.compiler.is_compiling():
+            # compiling first: torch.compile cannot trace the capture query (a graph break, an error in fullgraph)
+            if not torch.compiler.is_compiling() and stream_capturing():
                 # a replay would reuse this call's host lengths (and read a pinned buffer reused since)
                 raise ValueError("the hook's prefill takes its lengths from the host: call it eagerly, not while "
                                  "capturing a CUDA graph (decode steps can be captured)")
