@@ -4,10 +4,10 @@ CUDA-graph timing), the q quantizers on 8192 tokens x 32 heads x 128 (bf16, two 
 an 8192-token prompt (eager mean of 30 calls, twice), and checksums of the bits of one MXFP4 prefill's logits and of
 one FP8 q quantization, so that the two trees' outputs can be compared.
 
-    (cd OLD_CHECKOUT && PYTHONPATH=. python3 /path/to/h200-prefill-quant-ab.py old)
-    PYTHONPATH=. python3 docs/perf/h200-prefill-quant-ab.py new
+    (cd OLD_CHECKOUT && PYTHONPATH=. python3 /path/to/h200-prefill-quant-ab.py old [256])
+    PYTHONPATH=. python3 docs/perf/h200-prefill-quant-ab.py new [256]
 
-prints one JSON line `LABEL {...}` (times in us).
+prints one JSON line `LABEL {...}` (times in us). With 256: only the prefill scorers at D = 256, 4096 queries.
 """
 import json
 import sys
@@ -23,13 +23,18 @@ def _words_sum(t: torch.Tensor) -> int:
     return int(t.view({4: torch.int32, 1: torch.uint8}[t.element_size()]).to(torch.int64).sum())
 
 
+head_dim = int(sys.argv[2]) if len(sys.argv) > 2 else 128
 res = {}
 for fmt in ("mxfp4", "fp8"):
-    for n in (8192, 4096):
+    for n in (8192, 4096) if head_dim == 128 else (4096,):
         for causal in (False, True):
-            call, _ = prefill_inputs(fmt, "cuda", queries=n, keys=n, heads=32, head_dim=128, causal=causal)
+            call, _ = prefill_inputs(fmt, "cuda", queries=n, keys=n, heads=32, head_dim=head_dim, causal=causal)
             us = _graph_time_us([call], inner=5 if n == 8192 else 10, replays=10)
-            res[f"prefill/{fmt}/{n}/{'causal' if causal else 'full'}"] = round(us, 1)
+            name = f"prefill{'' if head_dim == 128 else f'_D{head_dim}'}/{fmt}/{n}/{'causal' if causal else 'full'}"
+            res[name] = round(us, 1)
+if head_dim != 128:
+    print(sys.argv[1], json.dumps(res), flush=True)
+    sys.exit()
 gen = torch.Generator(device="cuda").manual_seed(0)
 qs = [torch.randn(8192, 32, 128, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
 ws = [torch.randn(8192, 32, device="cuda", generator=gen) for _ in range(2)]

@@ -150,8 +150,8 @@ def e4m3_byte_hw(x, k):
     conversion (cvt.rn.satfinite.e4m3x2.f32 on NVIDIA, round to nearest even): 2^-k is a normal fp32, so x * 2^-k
     is exact whenever it is at least 2^-126. Below that, and for every subnormal x (|x| * 2^-k < 2^-104 as k >= -22,
     whether the input is flushed or not), it lies far under half of e4m3's smallest step 2^-9 and both encoders
-    give a zero of x's sign. The product is at most 448 in magnitude, so the conversion's saturation never acts. Not for the interpreter or AMD, whose conversions are not
-    this one."""
+    give a zero of x's sign. The product is at most 448 in magnitude, so the conversion's saturation never acts.
+    Not for the interpreter or AMD, whose conversions are not this one."""
     v = x * pow2_bits(-k).to(tl.float32, bitcast=True)
     return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
 
