@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import hw
+import integration.indexer
 from integration.config import IndexerConfig
 from integration.gates import GateDecision
 from integration.indexer import DecodeMetadata, PrefillMetadata, SparseIndexer
@@ -80,7 +81,13 @@ def test_layers_of_other_shapes_compile_in_one_process(device):
         assert torch.equal(got, eager.hook(eager.q, eager.k, eager.w, eager.meta)), (heads, head_dim)
 
 
-def test_compiled_prefill_layer_matches_eager(device):
+@pytest.mark.parametrize("untraceable_capture_query", [False, True], ids=["as_is", "untraceable_capture_query"])
+def test_compiled_prefill_layer_matches_eager(untraceable_capture_query, device, monkeypatch):
+    """With untraceable_capture_query the hook's check for CUDA-graph capture is a function torch.compile cannot
+    trace, as torch.cuda's query is on a CUDA machine (fullgraph raises on it): the compiled prefill must not call
+    it, on any device."""
+    if untraceable_capture_query:
+        monkeypatch.setattr(integration.indexer, "stream_capturing", torch.compiler.disable(lambda: False))
     sizes = dict(batch=1, heads=2, head_dim=64, page=16, max_pages=3, top_k=4)
     eager, compiled = (Layer(IndexerConfig("mxfp4"), device, seed=1, **sizes) for _ in range(2))
     q, k = torch.randn(2, 5, 2, 64, generator=eager.gen, device=device).to(torch.bfloat16).unbind(0)
