@@ -13,12 +13,12 @@ Without PDL (the interpreter, AMD, pre-sm_90 NVIDIA) the constexpr removes the c
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from .targets import nvidia_capability
 
 PDL_MIN_CAPABILITY = (9, 0)     # griddepcontrol needs sm_90
 
@@ -32,17 +32,10 @@ def grid_dependency_sync(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
-@functools.lru_cache(maxsize=None)
-def _capable(device_type: str, index: int | None) -> bool:
-    if device_type != "cuda" or torch.version.hip:
-        return False
-    return torch.cuda.get_device_capability(index) >= PDL_MIN_CAPABILITY
-
-
 def pdl_launch(wanted: bool, device: torch.device) -> dict:
     """The launch keywords of a kernel with a PDL constexpr: PDL on (with launch_pdl) when `wanted` and the
     device is an NVIDIA GPU of compute capability >= 9.0, else PDL off."""
-    device = torch.device(device)
-    if wanted and _capable(device.type, device.index):
+    capability = nvidia_capability(device) if wanted else None
+    if capability is not None and capability >= PDL_MIN_CAPABILITY:
         return {"PDL": True, "launch_pdl": True}
     return {"PDL": False}

@@ -30,9 +30,10 @@ from .checks import (
     validate_requested,
 )
 from .layout import check_cache_view, check_head_dim
-from .targets import Target, target_of
+from .targets import Target, nvidia_capability, target_of
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+HW_E4M3_MIN_CAPABILITY = (8, 9)     # the first NVIDIA GPUs with an E4M3 conversion instruction
 SCALE_RULE_IDS = {  # DESIGN §1 scale rules -> the kernels' constexpr ids
     "floor": codecs.RULE_FLOOR.value,
     "rceil": codecs.RULE_RCEIL.value,
@@ -48,10 +49,11 @@ def _rows_per_program() -> int:
     """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation)."""
     return INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
 
+
 def _hw_e4m3(device: torch.device, kernel) -> bool:
-    """HW_E4M3 of the FP8 kernels: the hardware E4M3 conversion on NVIDIA GPUs of compute capability >= 8.9 (the
-    first with one), the integer encoder elsewhere (the interpreter, AMD, older GPUs)."""
-    return target_of(device, kernel) is Target.NVIDIA and torch.cuda.get_device_capability(device) >= (8, 9)
+    """HW_E4M3 of the FP8 kernels: the hardware E4M3 conversion on NVIDIA GPUs from HW_E4M3_MIN_CAPABILITY, the
+    integer encoder elsewhere (the interpreter, AMD, older GPUs)."""
+    return target_of(device, kernel) is Target.NVIDIA and nvidia_capability(device) >= HW_E4M3_MIN_CAPABILITY
 
 
 def _scale_rule_id(scale_rule) -> int:

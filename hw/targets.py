@@ -50,6 +50,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def nvidia_capability(device: torch.device | str) -> tuple[int, int] | None:
+    """The compute capability of an NVIDIA GPU `device` (queried once per device); None for any other device
+    (the CPU, AMD GPUs)."""
+    device = torch.device(device)
+    if device.type != "cuda" or torch.version.hip:
+        return None
+    return _capability(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
 class Op(enum.Enum):
     """Operations with kernel variants (one registry list each)."""
 

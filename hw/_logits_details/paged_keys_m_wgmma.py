@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import torch
 import triton
 import triton.language as tl
 from triton.experimental import gluon
@@ -50,7 +49,7 @@ from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, sm_count
+from ..targets import Op, Target, Variant, nvidia_capability, sm_count
 from . import paged_keys_m as km
 from .calls import DecodeCall
 from .paged_keys_m import (
@@ -358,9 +357,8 @@ def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> b
     """Whether this kernel runs the call: an sm_90 CUDA device, D in HEAD_DIMS (either layout: the tiled one
     takes D 128 only), at most MAX_QUERY_COLUMNS padded query columns."""
     n_pad, h_pad = _padded(next_n, num_heads)
-    device = torch.device(device)
-    return (head_dim in HEAD_DIMS and n_pad * h_pad <= MAX_QUERY_COLUMNS and device.type == "cuda"
-            and not torch.version.hip and torch.cuda.get_device_capability(device) == CAPABILITY)
+    return (head_dim in HEAD_DIMS and n_pad * h_pad <= MAX_QUERY_COLUMNS
+            and nvidia_capability(device) == CAPABILITY)
 
 
 @functools.lru_cache(maxsize=None)
