@@ -1,8 +1,9 @@
 """The hostile-input fuzzer (tools/fuzz.py) over writer, gather, every scorer variant and top-k, against sim/.
 
 MXIDX_FUZZ_CASES (default FUZZ_CASES, about 1 minute in the CPU interpreter; thousands on a GPU) and MXIDX_FUZZ_SEED
-(default 0) set the run; every case is its own test id, so a failure names the case to re-run. On a GPU every case
-runs every variant, with the compact geometry (fewer kernel compilations).
+(default 0) set the run; every case is its own test id, so a failure names the case to re-run. MXIDX_FUZZ_SHARD=i/n
+runs the cases i, i + n, i + 2n, ... only (.ci/gpu spreads the cases over processes so). On a GPU every case runs
+every variant, with the compact geometry (fewer kernel compilations).
 """
 from __future__ import annotations
 
@@ -20,7 +21,16 @@ CASES = int(os.environ.get("MXIDX_FUZZ_CASES", FUZZ_CASES))
 SEED = int(os.environ.get("MXIDX_FUZZ_SEED", 0))
 
 
-@pytest.mark.parametrize("index", range(CASES))
+def _shard(spec: str) -> range:
+    """The cases of MXIDX_FUZZ_SHARD=i/n (0 <= i < n); all of them when unset."""
+    if not spec:
+        return range(CASES)
+    i, n = (int(x) for x in spec.split("/"))
+    assert 0 <= i < n, f"MXIDX_FUZZ_SHARD={spec}: want i/n with 0 <= i < n"
+    return range(i, CASES, n)
+
+
+@pytest.mark.parametrize("index", _shard(os.environ.get("MXIDX_FUZZ_SHARD", "")))
 def test_fuzz_case(index, device):
     gpu = device.type == "cuda"       # compiled kernels: every variant, few specializations (fuzz.draw_case)
     result = fuzz.run_case(SEED, index, device, all_variants=gpu or index % 7 == 0, compact=gpu)
