@@ -380,15 +380,21 @@ def _sort_store(src, count, n_store, dst, WIDTH: tl.constexpr):
 
 @triton.jit
 def _bucket_scatter(key, cols, lo, kmax, bucket_row, count_row, CAP: tl.constexpr, BUCKETS: tl.constexpr):
-    """Scatter the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into BUCKETS buckets of about
-    equal key width from the tile's largest key kmax down to lo: bucket b = floor(min(fp32(kmax - key) * fp32(BUCKETS
-    / (kmax - lo + 1)), BUCKETS - 1)), non-decreasing as the key falls (conversion, product and floor are monotone),
-    so every key of bucket b is greater than every key of bucket b + 1 and equal keys share a bucket. Slots come from
-    atomic increments of count_row[b] (zeroed first); the first CAP of a bucket are stored to bucket_row[b * CAP +
-    slot]. Returns 1 when every bucket held at most CAP."""
+    """Scatter the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into BUCKETS <= 64 buckets of about
+    equal key width from the tile's largest key kmax down to lo: with d = (kmax - key) >> pre, the least pre that
+    leaves span = (kmax - lo) >> pre below 1024, bucket b = (d * floor(BUCKETS * 2^16 / (span + 1))) >> 16, which
+    is < BUCKETS, fits uint32 and does not decrease as the key falls, so every key of bucket b is greater than every
+    key of bucket b + 1 and equal keys share a bucket (integer ALU work only: conversions to fp32 cost more). Slots
+    come from atomic increments of count_row[b] (zeroed first); the first CAP of a bucket are stored to
+    bucket_row[b * CAP + slot]. Returns 1 when every bucket held at most CAP."""
+    tl.static_assert(BUCKETS <= 64, "d * scale must fit uint32")
     take = key >= lo.to(tl.uint32)
-    per_key = BUCKETS / (kmax.to(tl.int64) - lo + 1).to(tl.float32)
-    b = tl.where(take, tl.minimum((kmax - key).to(tl.float32) * per_key, BUCKETS - 1).to(tl.int32), 0)
+    span = kmax.to(tl.int64) - lo
+    pre = span * 0
+    for i in tl.static_range(32):
+        pre += ((span >> i) >= 1024).to(tl.int64)
+    scale = (BUCKETS << 16) // ((span >> pre) + 1)
+    b = tl.where(take, (((kmax - key) >> pre.to(tl.uint32)) * scale.to(tl.uint32)) >> 16, 0).to(tl.int32)
     tl.store(count_row + tl.arange(0, BUCKETS), tl.zeros((BUCKETS,), tl.int32))
     tl.debug_barrier()   # the zero counts were stored by other threads of this program
     slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
@@ -398,11 +404,11 @@ def _bucket_scatter(key, cols, lo, kmax, bucket_row, count_row, CAP: tl.constexp
 
 @triton.jit
 def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP: tl.constexpr,
-                    TILE: tl.constexpr, BUCKET_CAP: tl.constexpr, BUCKETS: tl.constexpr):
+                    TILE: tl.constexpr, SEGMENTS: tl.constexpr, BUCKETS: tl.constexpr, BUCKET_CAP: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
     round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
-    BUCKETS > 1, at most BUCKETS * BUCKET_CAP / 2 keys >= lo and these within BUCKET_MAX_BINADES binades of the
+    BUCKETS > SEGMENTS, at most BUCKETS * BUCKET_CAP / 2 keys >= lo and these within BUCKET_MAX_BINADES binades of the
     largest, the keys >= lo go to the ordering's buckets by key range (_bucket_scatter): `bucketed` = 1 when they
     all fit, and nothing else is stored. Otherwise it stores the
     keys above the interval (or, `direct`, every selected key) and the candidates. Returns (lo, hi, ge_lo, above,
@@ -418,7 +424,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
         lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
-    if BUCKETS > 1:   # (the caller passes 1 when the ordering is not split)
+    if BUCKETS > SEGMENTS:   # order_buckets: one-tile launches with a split ordering
         kmax = tl.max(key, 0)
         # keys >= lo over many binades (or of both signs) would crowd a few buckets of equal key width
         if (ge_lo > 0) & (ge_lo <= BUCKETS * BUCKET_CAP // 2) & (kmax.to(tl.int64) - lo <= _BUCKET_MAX_SPAN):
@@ -469,26 +475,27 @@ def _topk_row_kernel(
 
     if TIERS == 1:
         lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-            row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, BUCKET_CAP, BUCKETS)
+            row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, SEGMENTS, BUCKETS,
+            BUCKET_CAP)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W,
-                BUCKET_CAP, BUCKETS)
+                SEGMENTS, BUCKETS, BUCKET_CAP)
         elif TIERS == 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                BUCKET_CAP, BUCKETS)
+                SEGMENTS, BUCKETS, BUCKET_CAP)
         elif end - base > TILE_W // 4:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                BUCKET_CAP, BUCKETS)
+                SEGMENTS, BUCKETS, BUCKET_CAP)
         else:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 4,
-                BUCKET_CAP, BUCKETS)
+                SEGMENTS, BUCKETS, BUCKET_CAP)
     if bucketed == 0:
         if direct == 0:
             _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
