@@ -80,7 +80,8 @@ TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff 
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
 BUCKETS_PER_SEGMENT = 2  # one-tile on-chip launches: buckets by key range for the ordering per range of
-BUCKET_MAX_BINADES = 6   # _partition (same scratch), when the keys >= lo span at most this many binades
+BUCKET_MAX_BINADES = 6   # _partition (same scratch), when the keys >= lo span at most this many binades ...
+MAX_BUCKETS = 64         # ... and at most this many buckets (_bucket_scatter's map fits uint32)
 ORDER_WARPS = 4
 CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
 RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
@@ -95,6 +96,7 @@ MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
 _BUCKET_MAX_SPAN = tl.constexpr(BUCKET_MAX_BINADES << 23)   # keys of one sign: 2^23 per binade
+_MAX_BUCKETS = tl.constexpr(MAX_BUCKETS)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
@@ -155,10 +157,11 @@ def ordering(k: int, tiling: FastTiling) -> Ordering:
 
 def order_buckets(order: Ordering, one_tile: bool) -> int:
     """Ordering programs per row: on the on-chip path with one row tile and a split ordering, BUCKETS_PER_SEGMENT
-    buckets per range of _partition's (the same scratch), which _bucket_scatter fills when they hold the row's
-    keys >= lo; elsewhere _partition's ranges (with many rows the capped, tiered kernel is faster without the
-    buckets: docs/perf/h200-topk.md)."""
-    return order.segments * BUCKETS_PER_SEGMENT if one_tile and order.segments > 1 else order.segments
+    buckets per range of _partition's (the same scratch; at most MAX_BUCKETS), which _bucket_scatter fills when
+    they hold the row's keys >= lo; elsewhere _partition's ranges (with many rows the capped, tiered kernel is
+    faster without the buckets: docs/perf/h200-topk.md)."""
+    buckets = order.segments * BUCKETS_PER_SEGMENT
+    return buckets if one_tile and 1 < order.segments and buckets <= MAX_BUCKETS else order.segments
 
 
 def probe_bits(cap: int) -> int:
@@ -380,14 +383,14 @@ def _sort_store(src, count, n_store, dst, WIDTH: tl.constexpr):
 
 @triton.jit
 def _bucket_scatter(key, cols, lo, kmax, bucket_row, count_row, CAP: tl.constexpr, BUCKETS: tl.constexpr):
-    """Scatter the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into BUCKETS <= 64 buckets of about
-    equal key width from the tile's largest key kmax down to lo: with d = (kmax - key) >> pre, the least pre that
-    leaves span = (kmax - lo) >> pre below 1024, bucket b = (d * floor(BUCKETS * 2^16 / (span + 1))) >> 16, which
+    """Scatter the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into BUCKETS <= MAX_BUCKETS buckets
+    of about equal key width from the tile's largest key kmax down to lo: with d = (kmax - key) >> pre, the least pre
+    that leaves span = (kmax - lo) >> pre below 1024, bucket b = (d * floor(BUCKETS * 2^16 / (span + 1))) >> 16, which
     is < BUCKETS, fits uint32 and does not decrease as the key falls, so every key of bucket b is greater than every
     key of bucket b + 1 and equal keys share a bucket (integer ALU work only: conversions to fp32 cost more). Slots
     come from atomic increments of count_row[b] (zeroed first); the first CAP of a bucket are stored to
     bucket_row[b * CAP + slot]. Returns 1 when every bucket held at most CAP."""
-    tl.static_assert(BUCKETS <= 64, "d * scale must fit uint32")
+    tl.static_assert(BUCKETS <= _MAX_BUCKETS, "d * scale must fit uint32")
     take = key >= lo.to(tl.uint32)
     span = kmax.to(tl.int64) - lo
     pre = span * 0

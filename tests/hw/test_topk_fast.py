@@ -288,6 +288,10 @@ def test_bucketed_and_partitioned_rows(device, monkeypatch):
     order = radix_fast.ordering(k, tiling)
     buckets = radix_fast.order_buckets(order, True)
     assert (order.segments, buckets) == (4, 8)
+    # more than MAX_BUCKETS would not fit the bucket map (a compile-time assertion the interpreter does not check)
+    small = radix_fast.ordering(k, TILINGS["segments"])
+    assert small.segments * radix_fast.BUCKETS_PER_SEGMENT > radix_fast.MAX_BUCKETS
+    assert radix_fast.order_buckets(small, True) == small.segments
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, width)).astype(np.float32)
     x[1] = 0.25
