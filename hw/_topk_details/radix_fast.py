@@ -79,9 +79,6 @@ FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK)
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
-BUCKETS_PER_SEGMENT = 2  # one-tile on-chip launches: buckets by key range for the ordering per range of
-BUCKET_MAX_BINADES = 6   # _partition (same scratch), when the keys >= lo span at most this many binades ...
-MAX_BUCKETS = 64         # ... and at most this many buckets (_bucket_scatter's map fits uint32)
 ORDER_WARPS = 4
 CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
 RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
@@ -95,8 +92,6 @@ MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile wid
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
-_BUCKET_MAX_SPAN = tl.constexpr(BUCKET_MAX_BINADES << 23)   # keys of one sign: 2^23 per binade
-_MAX_BUCKETS = tl.constexpr(MAX_BUCKETS)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
@@ -153,15 +148,6 @@ def ordering(k: int, tiling: FastTiling) -> Ordering:
     if width <= tiling.segment:
         return Ordering(1, 1, width)
     return Ordering(width // tiling.segment, max(1, tiling.segment // tiling.samples), 2 * tiling.segment)
-
-
-def order_buckets(order: Ordering, one_tile: bool) -> int:
-    """Ordering programs per row: on the on-chip path with one row tile and a split ordering, BUCKETS_PER_SEGMENT
-    buckets per range of _partition's (the same scratch; at most MAX_BUCKETS), which _bucket_scatter fills when
-    they hold the row's keys >= lo; elsewhere _partition's ranges (with many rows the capped, tiered kernel is
-    faster without the buckets: docs/perf/h200-topk.md)."""
-    buckets = order.segments * BUCKETS_PER_SEGMENT
-    return buckets if one_tile and 1 < order.segments and buckets <= MAX_BUCKETS else order.segments
 
 
 def probe_bits(cap: int) -> int:
@@ -341,16 +327,15 @@ def _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, ca
 
 @triton.jit
 def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.constexpr,
-               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr, BUCKETS: tl.constexpr):
+               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
     """Split the k_eff selected composites sel_row[0 .. k_eff) of `row` into SEGMENTS ranges of the composite
     order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
     sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
     (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
     Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
-    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first). The count row
-    holds BUCKETS + 1 words (_bucket_scatter's layout); its mode word is the caller's."""
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
     bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
-    count_row = count_ptr + row * (BUCKETS + 1)
+    count_row = count_ptr + row * SEGMENTS
     lower_row = lower_ptr + row * SEGMENTS
     SAMPLES: tl.constexpr = K_PAD // STRIDE
     PER: tl.constexpr = SAMPLES // SEGMENTS
@@ -373,49 +358,20 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
 
 
 @triton.jit
-def _sort_store(src, count, n_store, dst, WIDTH: tl.constexpr):
-    """Sort the composites src[0 .. count) (count <= WIDTH) in descending order; store the columns of the first
-    n_store <= count to dst."""
+def _sort_store(src, count, dst, WIDTH: tl.constexpr):
+    """Sort the composites src[0 .. count) (count <= WIDTH) in descending order; store their columns to dst."""
     i = tl.arange(0, WIDTH)
     part = tl.sort(tl.load(src + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
-    tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < n_store)
+    tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
 
 
 @triton.jit
-def _bucket_scatter(key, cols, lo, kmax, bucket_row, count_row, CAP: tl.constexpr, BUCKETS: tl.constexpr):
-    """Scatter the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into BUCKETS <= MAX_BUCKETS buckets
-    of about equal key width from the tile's largest key kmax down to lo: with d = (kmax - key) >> pre, the least pre
-    that leaves span = (kmax - lo) >> pre below 1024, bucket b = (d * floor(BUCKETS * 2^16 / (span + 1))) >> 16, which
-    is < BUCKETS, fits uint32 and does not decrease as the key falls, so every key of bucket b is greater than every
-    key of bucket b + 1 and equal keys share a bucket (integer ALU work only: conversions to fp32 cost more). Slots
-    come from atomic increments of count_row[b] (zeroed first); the first CAP of a bucket are stored to
-    bucket_row[b * CAP + slot]. Returns 1 when every bucket held at most CAP."""
-    tl.static_assert(BUCKETS <= _MAX_BUCKETS, "d * scale must fit uint32")
-    take = key >= lo.to(tl.uint32)
-    span = kmax.to(tl.int64) - lo
-    pre = span * 0
-    for i in tl.static_range(32):
-        pre += ((span >> i) >= 1024).to(tl.int64)
-    scale = (BUCKETS << 16) // ((span >> pre) + 1)
-    b = tl.where(take, (((kmax - key) >> pre.to(tl.uint32)) * scale.to(tl.uint32)) >> 16, 0).to(tl.int32)
-    tl.store(count_row + tl.arange(0, BUCKETS), tl.zeros((BUCKETS,), tl.int32))
-    tl.debug_barrier()   # the zero counts were stored by other threads of this program
-    slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
-    tl.store(bucket_row + b * CAP + slot, _sort_composite(key, cols), mask=take & (slot < CAP))
-    return (tl.max(tl.where(take, slot, 0), 0) < CAP).to(tl.int32)
-
-
-@triton.jit
-def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP: tl.constexpr,
-                    TILE: tl.constexpr, SEGMENTS: tl.constexpr, BUCKETS: tl.constexpr, BUCKET_CAP: tl.constexpr):
+def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
-    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
-    BUCKETS > SEGMENTS, at most BUCKETS * BUCKET_CAP / 2 keys >= lo and these within BUCKET_MAX_BINADES binades of the
-    largest, the keys >= lo go to the ordering's buckets by key range (_bucket_scatter): `bucketed` = 1 when they
-    all fit, and nothing else is stored. Otherwise it stores the
-    keys above the interval (or, `direct`, every selected key) and the candidates. Returns (lo, hi, ge_lo, above,
-    direct, bucketed)."""
+    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside, then stores the keys
+    above the interval (or, `direct`, every selected key) and the candidates. Returns (lo, hi, ge_lo, above,
+    direct)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
@@ -426,15 +382,8 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
         lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
-    bucketed = direct * 0
-    if BUCKETS > SEGMENTS:   # order_buckets: one-tile launches with a split ordering
-        kmax = tl.max(key, 0)
-        # keys >= lo over many binades (or of both signs) would crowd a few buckets of equal key width
-        if (ge_lo > 0) & (ge_lo <= BUCKETS * BUCKET_CAP // 2) & (kmax.to(tl.int64) - lo <= _BUCKET_MAX_SPAN):
-            bucketed = _bucket_scatter(key, cols, lo, kmax, bucket_row, count_row, BUCKET_CAP, BUCKETS)
-    if bucketed == 0:
-        _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
-    return lo, hi, ge_lo, above, direct, bucketed
+    _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
+    return lo, hi, ge_lo, above, direct
 
 
 # ----------------------------------------------------------------------------------------------------- kernels
@@ -445,9 +394,9 @@ def _topk_row_kernel(
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
-    bucket_ptr,           # *i64 [rows, SEGMENTS * 2 * SEG_CAP], count_ptr *i32 [rows, BUCKETS + 1], lower_ptr
-    count_ptr,            #     *i64 [rows, SEGMENTS]: the ordering's input (untouched when SEGMENTS == 1): the
-    lower_ptr,            #     mode word count[BUCKETS] says whether _bucket_scatter (1) or _partition (0) filled it
+    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS], lower_ptr
+    count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
+    lower_ptr,
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -460,7 +409,6 @@ def _topk_row_kernel(
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
-    BUCKETS: tl.constexpr,      # > SEGMENTS: try _bucket_scatter before the compaction (order_buckets)
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -471,43 +419,30 @@ def _topk_row_kernel(
     row_ptr = logits_ptr + row * stride_row
     out_row = sel_ptr + row * K_PAD
     cand_row = cand_ptr + row * (2 * CAP)
-    bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
-    count_row = count_ptr + row * (BUCKETS + 1)
-    BUCKET_CAP: tl.constexpr = SEGMENTS * 2 * SEG_CAP // BUCKETS   # _bucket_scatter's buckets share the scratch
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
 
     if TIERS == 1:
-        lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-            row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, SEGMENTS, BUCKETS,
-            BUCKET_CAP)
+        lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
-            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-                row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W,
-                SEGMENTS, BUCKETS, BUCKET_CAP)
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP,
+                                                           TILE_W)
         elif TIERS == 2:
-            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                SEGMENTS, BUCKETS, BUCKET_CAP)
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 2)
         elif end - base > TILE_W // 4:
-            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                SEGMENTS, BUCKETS, BUCKET_CAP)
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 2)
         else:
-            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
-                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 4,
-                SEGMENTS, BUCKETS, BUCKET_CAP)
-    if bucketed == 0:
-        if direct == 0:
-            _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
-                               True)
-        if SEGMENTS > 1:
-            _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP,
-                       BUCKETS)
+            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
+                                                           CAP, TILE_W // 4)
+    if direct == 0:
+        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
+                           True)
     if SEGMENTS > 1:
-        tl.store(count_row + BUCKETS, bucketed)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -640,7 +575,6 @@ def _topk_long_kernel(
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
-    BUCKETS: tl.constexpr,      # count row stride - 1 (always _partition's mode here)
     PDL: tl.constexpr,
 ):
     """The selection of one row from its candidates, the keys >= tau: the register tile finishes when they fit
@@ -669,8 +603,7 @@ def _topk_long_kernel(
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
                            False)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP, BUCKETS)
-        tl.store(count_ptr + row * (BUCKETS + 1) + BUCKETS, 0)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
 
 
 @triton.jit
@@ -686,21 +619,18 @@ def _order_kernel(
     k,                    # i32, 1 <= k <= K_PAD
     HAS_STARTS: tl.constexpr,
     K_PAD: tl.constexpr,
-    SEGMENTS: tl.constexpr,     # 1: one program per row sorts the whole selection; else _partition's ranges
+    SEGMENTS: tl.constexpr,     # programs per row (grid axis 1); 1: the program sorts the whole selection
     SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
-    BUCKETS: tl.constexpr,      # programs per row (grid axis 1): _bucket_scatter's buckets (SEGMENTS without them)
     RANK_ROWS: tl.constexpr,    # a range that holds more still: members ranked at a time ...
     RANK_CHUNK: tl.constexpr,   # ... against this many at a time
     PDL: tl.constexpr,
 ):
-    """Order range `program_id(1)` of one row's selection: sort its composites and store their columns at its rank
-    offset, the number of composites in the ranges above, as far as rank k_eff. The ranges are _bucket_scatter's
-    buckets when the row's mode word says so (their keys >= lo: the ranks past k_eff are not stored), else
-    _partition's ranges (exactly the selection; programs past SEGMENTS have none). The sort is SEG_CAP wide, a half
-    or a quarter of that for a range holding no more, twice that for one of _partition's holding more (a sample
-    that missed). A range of _partition's holding more than 2 * SEG_CAP (skewed samples) places each member at its
-    rank, the number of members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a
-    time: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
+    """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
+    columns at its rank offset, the number of selected composites in the ranges above. The sort is SEG_CAP wide,
+    a half or a quarter of that for a range holding no more, twice that for one holding more (a sample that
+    missed). A range holding more than 2 * SEG_CAP (skewed samples) places each member at its rank, the number of
+    members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a time: slower, same
+    result. Program 0 pads out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
@@ -712,26 +642,21 @@ def _order_kernel(
         ordered = tl.sort(tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT), descending=True)
         tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
     else:
-        count_row = count_ptr + row * (BUCKETS + 1)
-        bucketed = tl.load(count_row + BUCKETS)
-        j = tl.arange(0, BUCKETS)
-        counts = tl.load(count_row + j, mask=j < tl.where(bucketed != 0, BUCKETS, SEGMENTS), other=0)
+        j = tl.arange(0, SEGMENTS)
+        counts = tl.load(count_ptr + row * SEGMENTS + j)
         count = tl.sum(tl.where(j == seg, counts, 0), 0)
         offset = tl.sum(tl.where(j < seg, counts, 0), 0)
-        n_store = tl.minimum(count, k_eff - offset)
-        BUCKET_CAP: tl.constexpr = SEGMENTS * 2 * SEG_CAP // BUCKETS
-        bucket = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP) + seg * tl.where(bucketed != 0, BUCKET_CAP,
-                                                                              2 * SEG_CAP)
-        if n_store > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
+        bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
+        if count > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
             # the narrowest sort that holds the range (the sort's chain grows with its width)
             if count <= SEG_CAP // 4:
-                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP // 4)
+                _sort_store(bucket, count, out_row + offset, SEG_CAP // 4)
             elif count <= SEG_CAP // 2:
-                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP // 2)
+                _sort_store(bucket, count, out_row + offset, SEG_CAP // 2)
             elif count <= SEG_CAP:
-                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP)
+                _sort_store(bucket, count, out_row + offset, SEG_CAP)
             elif count <= 2 * SEG_CAP:
-                _sort_store(bucket, count, n_store, out_row + offset, 2 * SEG_CAP)
+                _sort_store(bucket, count, out_row + offset, 2 * SEG_CAP)
             else:   # rank each member by counting the members above it, a chunk of the selection at a time: a
                     # K_PAD-wide sort tile here would size every program's registers (docs/perf/h200-topk.md)
                 lower = tl.load(lower_ptr + row * SEGMENTS + seg)
@@ -787,13 +712,10 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     pdl = pdl_launch(tiling.pdl, device)
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
-    on_chip = width <= tiling.tile_w
-    buckets = order_buckets(order, on_chip and tiling.tiers == 1)
-    parts = (torch.empty((rows, order.segments * 2 * order.seg_cap), dtype=torch.int64, device=device),
-             torch.empty((rows, buckets + 1), dtype=torch.int32, device=device),
+    parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
+             torch.empty((rows, order.segments), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
-    common.update(BUCKETS=buckets)
-    if on_chip:
+    if width <= tiling.tile_w:
         tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
                                   TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), **common, **pdl)
@@ -815,9 +737,9 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             CAP=tiling.cap, BLOCK=tiling.block, GROUP=group, num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
-    _order_kernel[(rows, buckets)](
+    _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, BUCKETS=buckets, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
         num_warps=tiling.order_warps, **pdl)
 
 
@@ -842,15 +764,12 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
-    buckets = order_buckets(order, width <= tiling.tile_w and tiling.tiers == 1)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "BUCKETS": buckets,
-              "PDL": tiling.pdl}
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
-                    "SEG_CAP": order.seg_cap, "BUCKETS": buckets, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK,
-                    "PDL": tiling.pdl},
+                    "SEG_CAP": order.seg_cap, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         tile = row_tile(width)

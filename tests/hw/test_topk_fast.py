@@ -277,43 +277,6 @@ def test_order_segment_overflow(device):
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
 
 
-def test_bucketed_and_partitioned_rows(device, monkeypatch):
-    """The one-tile on-chip path orders a row from _bucket_scatter's buckets when its keys >= lo fit them (mode word
-    1), else from _partition's ranges (0). Bucketed: a N(0, 1) row and a short row of positive values (the bucket
-    holding rank k_eff is cut there). Not tried: a row of one value (more keys >= lo than half the buckets hold) and
-    a row shorter than k (every key taken at once, lo = 1: its keys >= lo span more than BUCKET_MAX_BINADES). Tried
-    and fallen back: a tie of 600 at the threshold, which overflows its bucket. Every row exact."""
-    width, k = 2048, 300
-    tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=256, block=radix_fast.STREAM_BLOCK)
-    order = radix_fast.ordering(k, tiling)
-    buckets = radix_fast.order_buckets(order, True)
-    assert (order.segments, buckets) == (4, 8)
-    # more than MAX_BUCKETS would not fit the bucket map (a compile-time assertion the interpreter does not check)
-    small = radix_fast.ordering(k, TILINGS["segments"])
-    assert small.segments * radix_fast.BUCKETS_PER_SEGMENT > radix_fast.MAX_BUCKETS
-    assert radix_fast.order_buckets(small, True) == small.segments
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((4, width)).astype(np.float32)
-    x[1] = 0.25
-    x[2] = -1.0
-    x[2, rng.choice(width, 600, replace=False)] = 5.0
-    x = np.concatenate([x, np.abs(x[:1]) + 1.0])
-    lengths = np.array([width, width, width, 100, 400])
-    made = []
-    real_empty = torch.empty
-
-    def recording_empty(*shape, **kw):
-        made.append(real_empty(*shape, **kw))
-        return made[-1]
-    monkeypatch.setattr(torch, "empty", recording_empty)
-    out = real_empty((5, k), dtype=torch.int32, device=device)
-    radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device), None,
-                       out, tiling)
-    assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (bucketed and partitioned rows)")
-    (counts,) = [t for t in made if t.dtype == torch.int32 and tuple(t.shape) == (5, buckets + 1)]
-    assert counts[:, buckets].tolist() == [1, 0, 0, 0, 1]
-
-
 def test_scratch_is_never_trusted(device, monkeypatch):
     """The launcher's scratch (candidates, selection, segment buckets, counts, bounds) comes from torch.empty:
     filled here with garbage, the results do not change (the selecting kernels zero the counts they take atomic
