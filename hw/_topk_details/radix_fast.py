@@ -79,6 +79,9 @@ FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK)
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
+ORDER_SPLIT = 1          # one-tile on-chip launches: ordering programs per SEGMENT keys when the keys >= lo are
+FINE_BUCKETS = 256       # counting-sorted into this many buckets by key (or value) range (_count_sort) ...
+KEY_MAP_BINADES = 8      # ... by key when they have one sign and span at most this many binades
 ORDER_WARPS = 4
 CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
 RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
@@ -92,6 +95,11 @@ MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile wid
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
+_FINE = tl.constexpr(FINE_BUCKETS)
+_SIGN_BIT = tl.constexpr(0x80000000)
+_FLT_MAX = tl.constexpr(3.4028234663852886e38)
+_KEY_MAP_SPAN = tl.constexpr(KEY_MAP_BINADES << 23)   # keys of one sign: 2^23 per binade
+_FLIP = tl.constexpr(0xFFFFFFFF)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
 _RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
@@ -148,6 +156,26 @@ def ordering(k: int, tiling: FastTiling) -> Ordering:
     if width <= tiling.segment:
         return Ordering(1, 1, width)
     return Ordering(width // tiling.segment, max(1, tiling.segment // tiling.samples), 2 * tiling.segment)
+
+
+def count_group(order: Ordering, one_tile: bool) -> int:
+    """COUNT_GROUP: on the on-chip path with one row tile and a split ordering, the keys (about) per ordering
+    program of a row _count_sort ordered by bucket, seg_cap / (2 * ORDER_SPLIT); else 0, no counting sort (with many
+    rows the capped, tiered kernel is faster without: docs/perf/h200-topk.md)."""
+    return order.seg_cap // (2 * ORDER_SPLIT) if one_tile and 1 < order.segments else 0
+
+
+def order_programs(order: Ordering, group: int) -> int:
+    """Ordering programs per row (grid axis 1 of _order_kernel): k_pad / group for a launch that may
+    counting-sort (group = count_group > 0), else _partition's ranges."""
+    return order.segments * order.seg_cap // (2 * group) if group else order.segments
+
+
+def count_width(segments: int, group: int) -> int:
+    """int32 words per row of the count scratch (COUNT_W): _count_sort's FINE_BUCKETS counts and its mode word at
+    FINE_BUCKETS, rows 128-byte aligned, when the launch may counting-sort (group = count_group > 0); else
+    _partition's counts."""
+    return FINE_BUCKETS + 32 if group else segments
 
 
 def probe_bits(cap: int) -> int:
@@ -327,15 +355,16 @@ def _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, ca
 
 @triton.jit
 def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.constexpr,
-               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr):
+               SEGMENTS: tl.constexpr, STRIDE: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_W: tl.constexpr):
     """Split the k_eff selected composites sel_row[0 .. k_eff) of `row` into SEGMENTS ranges of the composite
     order for _order_kernel (SEGMENTS > 1; with one, the ordering sorts sel_row whole). The bounds come from a
     sorted sample (every STRIDE-th slot): range j is (lower[j], lower[j - 1]] with lower[j] the sample's entry
     (j + 1) * PER (_EMPTY_SLOT past the filled samples), lower[-1] = +inf.
     Stores the row's lower[j] and count[j] = the composites in range j, and the first 2 * SEG_CAP of them (any
-    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first)."""
+    order) to its bucket j (the slots are taken by atomic increments of the counts, zeroed first). The count row
+    holds COUNT_W words (count_width)."""
     bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
-    count_row = count_ptr + row * SEGMENTS
+    count_row = count_ptr + row * COUNT_W
     lower_row = lower_ptr + row * SEGMENTS
     SAMPLES: tl.constexpr = K_PAD // STRIDE
     PER: tl.constexpr = SAMPLES // SEGMENTS
@@ -358,20 +387,81 @@ def _partition(sel_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD: tl.
 
 
 @triton.jit
-def _sort_store(src, count, dst, WIDTH: tl.constexpr):
-    """Sort the composites src[0 .. count) (count <= WIDTH) in descending order; store their columns to dst."""
+def _sort_store(src, count, n_store, dst, WIDTH: tl.constexpr):
+    """Sort the composites src[0 .. count) (count <= WIDTH) in descending order; store the columns of the first
+    n_store <= count to dst."""
     i = tl.arange(0, WIDTH)
     part = tl.sort(tl.load(src + i, mask=i < count, other=_EMPTY_SLOT), descending=True)
-    tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < count)
+    tl.store(dst + i, part.to(tl.int32) ^ _INT32_MAX, mask=i < n_store)
 
 
 @triton.jit
-def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr):
+def _key_value(key):
+    """The fp32 value of order keys (inverse of _order_key for keys >= 2; key 1 gives a NaN)."""
+    return tl.where(key >= _SIGN_BIT, key ^ _SIGN_BIT, key ^ _FLIP).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr):
+    """Counting sort of the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into FINE buckets from
+    the largest key kmax down to lo, stored to area_row in bucket order (any order inside a bucket); count_row[b]
+    ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as the key falls and equal
+    keys share one, so every key of bucket b is greater than every key of bucket b + 1:
+      keys >= lo of one sign within KEY_MAP_BINADES binades: d = (kmax - key) >> pre with the least pre that
+          leaves (kmax - lo) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - lo) >> pre) + 1))) >> 16
+          (< FINE; fits uint32): buckets of equal width in binades;
+      else (both signs, or values down near zero, where most binades are empty): b = min(floor((v(kmax) - v) *
+          fp32(FINE / (v(kmax) - v(lo)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(lo)
+          is finite; else nothing is stored.
+    Pass 1 counts by atomic increments; when no bucket holds more than MAX_FINE, pass 2 stores each key at its
+    bucket's running offset (atomic increments of the exclusive prefix sums). Returns 1 when stored, else 0."""
+    take = key >= lo.to(tl.uint32)
+    lo_u = lo.to(tl.uint32)
+    span = kmax.to(tl.int64) - lo
+    key_map = ((lo_u >= _SIGN_BIT) | (kmax < _SIGN_BIT)) & (span <= _KEY_MAP_SPAN)
+    v_max = _key_value(kmax)
+    v_span = v_max - _key_value(lo_u)
+    stored = take.to(tl.int32) * 0 + 0
+    if key_map | (v_span <= _FLT_MAX):   # False for an infinite or NaN value span
+        if key_map:
+            pre = span * 0
+            for i in tl.static_range(32):
+                pre += ((span >> i) >= _FINE).to(tl.int64)
+            scale = (_FINE << 16) // ((span >> pre) + 1)
+            b = (((kmax - key) >> pre.to(tl.uint32)) * scale.to(tl.uint32)) >> 16
+            b = b.to(tl.int32)
+        else:
+            below_max = tl.where(take, v_max - _key_value(key), 0.0)   # no NaN or inf from keys < lo
+            b = tl.minimum(below_max * (_FINE / v_span), _FINE - 1).to(tl.int32)
+        b = tl.where(take, b, 0)
+        f = tl.arange(0, _FINE)
+        tl.store(count_row + f, tl.zeros((_FINE,), tl.int32))
+        tl.debug_barrier()   # the zero counts were stored by other threads of this program
+        before = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
+        widest = tl.max(tl.where(take, before, 0), 0) + 1   # every increment has returned
+        if widest <= MAX_FINE:
+            tl.debug_barrier()
+            counts = tl.load(count_row + f, cache_modifier=".cg")
+            tl.debug_barrier()   # every thread has read the counts
+            tl.store(count_row + f, tl.cumsum(counts, 0) - counts)
+            tl.debug_barrier()   # the offsets were stored by other threads of this program
+            slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
+            tl.store(area_row + slot, _sort_composite(key, cols), mask=take)
+            stored = take.to(tl.int32) * 0 + 1
+    return tl.max(stored, 0)
+
+
+@triton.jit
+def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP: tl.constexpr,
+                    TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
-    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside, then stores the keys
-    above the interval (or, `direct`, every selected key) and the candidates. Returns (lo, hi, ge_lo, above,
-    direct)."""
+    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
+    COUNT_GROUP > 0 and at most 2 * K_PAD keys >= lo, those are counting-sorted by bucket for the ordering
+    (_count_sort, no bucket wider than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program
+    takes fits its widest sort): `bucketed` = 1 when it stored them, and nothing else is stored.
+    Otherwise it stores the keys above the interval (or, `direct`, every selected key) and the candidates. Returns
+    (lo, hi, ge_lo, above, direct, bucketed)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
@@ -382,8 +472,13 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
         lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
-    _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
-    return lo, hi, ge_lo, above, direct
+    bucketed = direct * 0
+    if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
+        if (ge_lo > 0) & (ge_lo <= 2 * K_PAD):
+            bucketed = _count_sort(key, cols, lo, tl.max(key, 0), bucket_row, count_row, 2 * SEG_CAP - COUNT_GROUP)
+    if bucketed == 0:
+        _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
+    return lo, hi, ge_lo, above, direct, bucketed
 
 
 # ----------------------------------------------------------------------------------------------------- kernels
@@ -394,9 +489,9 @@ def _topk_row_kernel(
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
-    bucket_ptr,           # *i64 [rows, SEGMENTS, 2 * SEG_CAP], count_ptr *i32 [rows, SEGMENTS], lower_ptr
-    count_ptr,            #     *i64 [rows, SEGMENTS]: _partition's output (untouched when SEGMENTS == 1)
-    lower_ptr,
+    bucket_ptr,           # *i64 [rows, SEGMENTS * 2 * SEG_CAP], count_ptr *i32 [rows, COUNT_W], lower_ptr
+    count_ptr,            #     *i64 [rows, SEGMENTS]: the ordering's input (untouched when SEGMENTS == 1): the
+    lower_ptr,            #     the mode word count[FINE] says whether _count_sort (1) or _partition (0) filled them
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -409,6 +504,8 @@ def _topk_row_kernel(
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
+    COUNT_GROUP: tl.constexpr,  # > 0: try _count_sort before the compaction (count_group)
+    COUNT_W: tl.constexpr,      # count_width
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -419,30 +516,42 @@ def _topk_row_kernel(
     row_ptr = logits_ptr + row * stride_row
     out_row = sel_ptr + row * K_PAD
     cand_row = cand_ptr + row * (2 * CAP)
+    bucket_row = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP)
+    count_row = count_ptr + row * COUNT_W
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
 
     if TIERS == 1:
-        lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W)
+        lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
+            row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, K_PAD, SEG_CAP,
+            COUNT_GROUP)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
-            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP,
-                                                           TILE_W)
+            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
+                row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W,
+                K_PAD, SEG_CAP, COUNT_GROUP)
         elif TIERS == 2:
-            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
-                                                           CAP, TILE_W // 2)
+            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
+                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
+                K_PAD, SEG_CAP, COUNT_GROUP)
         elif end - base > TILE_W // 4:
-            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
-                                                           CAP, TILE_W // 2)
+            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
+                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
+                K_PAD, SEG_CAP, COUNT_GROUP)
         else:
-            lo, hi, ge_lo, above, direct = _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row,
-                                                           CAP, TILE_W // 4)
-    if direct == 0:
-        _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
-                           True)
-    if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
+            lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
+                row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 4,
+                K_PAD, SEG_CAP, COUNT_GROUP)
+    if bucketed == 0:
+        if direct == 0:
+            _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
+                               True)
+        if SEGMENTS > 1:
+            _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP,
+                       COUNT_W)
+    if COUNT_GROUP > 0:
+        tl.store(count_row + _FINE, bucketed)
 
 
 @triton.jit
@@ -575,6 +684,8 @@ def _topk_long_kernel(
     SEGMENTS: tl.constexpr,
     STRIDE: tl.constexpr,
     SEG_CAP: tl.constexpr,
+    COUNT_GROUP: tl.constexpr,  # 0 here (no counting sort)
+    COUNT_W: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """The selection of one row from its candidates, the keys >= tau: the register tile finishes when they fit
@@ -603,7 +714,7 @@ def _topk_long_kernel(
         _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
                            False)
     if SEGMENTS > 1:
-        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP)
+        _partition(out_row, k_eff, bucket_ptr, count_ptr, lower_ptr, row, K_PAD, SEGMENTS, STRIDE, SEG_CAP, COUNT_W)
 
 
 @triton.jit
@@ -619,18 +730,24 @@ def _order_kernel(
     k,                    # i32, 1 <= k <= K_PAD
     HAS_STARTS: tl.constexpr,
     K_PAD: tl.constexpr,
-    SEGMENTS: tl.constexpr,     # programs per row (grid axis 1); 1: the program sorts the whole selection
+    SEGMENTS: tl.constexpr,     # 1: one program per row sorts the whole selection; else _partition's ranges
     SEG_CAP: tl.constexpr,      # sort width of a segment (twice that for a range that holds more)
+    COUNT_GROUP: tl.constexpr,  # > 0: rows may be counting-sorted, about this many keys per program (count_group)
+    COUNT_W: tl.constexpr,      # count_width
     RANK_ROWS: tl.constexpr,    # a range that holds more still: members ranked at a time ...
     RANK_CHUNK: tl.constexpr,   # ... against this many at a time
     PDL: tl.constexpr,
 ):
-    """Order range `program_id(1)` of one row's selection (see _partition): sort its composites and store their
-    columns at its rank offset, the number of selected composites in the ranges above. The sort is SEG_CAP wide,
-    a half or a quarter of that for a range holding no more, twice that for one holding more (a sample that
-    missed). A range holding more than 2 * SEG_CAP (skewed samples) places each member at its rank, the number of
-    members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a time: slower, same
-    result. Program 0 pads out[k_eff .. k) with -1."""
+    """Order range `program_id(1)` of one row's selection: sort its composites and store their columns at its rank
+    offset, the number of composites in the ranges above, as far as rank k_eff. When the row's mode word says so
+    (COUNT_GROUP > 0), the ranges are runs of _count_sort's buckets, already at their rank offsets: range j is
+    the buckets that start in [j * COUNT_GROUP, (j + 1) * COUNT_GROUP) (their keys >= lo: the ranks past k_eff
+    are not stored). Else they are _partition's ranges (exactly the selection; programs past SEGMENTS have
+    none). The sort is SEG_CAP wide, a half or a quarter of that for a range holding no more, twice that for a
+    range holding more (a run of _count_sort's buckets holds fewer than 2 * SEG_CAP; _partition's sample
+    missed). A range of _partition's holding more than 2 * SEG_CAP (skewed samples) places each member at its
+    rank, the number of members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a
+    time: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
@@ -642,21 +759,37 @@ def _order_kernel(
         ordered = tl.sort(tl.load(sel_row + slots, mask=slots < k_eff, other=_EMPTY_SLOT), descending=True)
         tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
     else:
-        j = tl.arange(0, SEGMENTS)
-        counts = tl.load(count_ptr + row * SEGMENTS + j)
-        count = tl.sum(tl.where(j == seg, counts, 0), 0)
-        offset = tl.sum(tl.where(j < seg, counts, 0), 0)
-        bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
-        if count > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
+        count_row = count_ptr + row * COUNT_W
+        bucketed = 0
+        if COUNT_GROUP > 0:
+            bucketed = tl.load(count_row + _FINE)
+        if bucketed != 0:
+            GROUP: tl.constexpr = COUNT_GROUP
+            f = tl.arange(0, _FINE)
+            ends = tl.load(count_row + f)                                # keys in buckets 0 .. f
+            total = tl.max(ends, 0)
+            starts = tl.load(count_row + f - 1, mask=f > 0, other=0)
+            offset = tl.min(tl.where(starts >= seg * GROUP, starts, total), 0)
+            count = tl.min(tl.where(starts >= (seg + 1) * GROUP, starts, total), 0) - offset
+            bucket = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP) + offset
+        else:
+            j = tl.arange(0, SEGMENTS)
+            counts = tl.load(count_row + j)
+            count = tl.sum(tl.where(j == seg, counts, 0), 0)
+            offset = tl.sum(tl.where(j < seg, counts, 0), 0)
+            count = tl.where(seg < SEGMENTS, count, 0)
+            bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
+        n_store = tl.minimum(count, k_eff - offset)
+        if n_store > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
             # the narrowest sort that holds the range (the sort's chain grows with its width)
             if count <= SEG_CAP // 4:
-                _sort_store(bucket, count, out_row + offset, SEG_CAP // 4)
+                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP // 4)
             elif count <= SEG_CAP // 2:
-                _sort_store(bucket, count, out_row + offset, SEG_CAP // 2)
+                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP // 2)
             elif count <= SEG_CAP:
-                _sort_store(bucket, count, out_row + offset, SEG_CAP)
+                _sort_store(bucket, count, n_store, out_row + offset, SEG_CAP)
             elif count <= 2 * SEG_CAP:
-                _sort_store(bucket, count, out_row + offset, 2 * SEG_CAP)
+                _sort_store(bucket, count, n_store, out_row + offset, 2 * SEG_CAP)
             else:   # rank each member by counting the members above it, a chunk of the selection at a time: a
                     # K_PAD-wide sort tile here would size every program's registers (docs/perf/h200-topk.md)
                 lower = tl.load(lower_ptr + row * SEGMENTS + seg)
@@ -712,34 +845,38 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     pdl = pdl_launch(tiling.pdl, device)
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
-    parts = (torch.empty((rows, order.segments, 2 * order.seg_cap), dtype=torch.int64, device=device),
-             torch.empty((rows, order.segments), dtype=torch.int32, device=device),
+    on_chip = width <= tiling.tile_w
+    group = count_group(order, on_chip and tiling.tiers == 1)
+    parts = (torch.empty((rows, order.segments * 2 * order.seg_cap), dtype=torch.int64, device=device),
+             torch.empty((rows, count_width(order.segments, group)), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
-    if width <= tiling.tile_w:
+    common.update(COUNT_GROUP=group, COUNT_W=count_width(order.segments, group))
+    if on_chip:
         tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
                                   TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), **common, **pdl)
     else:
-        group = group_size(width, tiling.tile_w)
-        assert group <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {group}"
-        groups = triton.cdiv(width, group)
-        per_program = max(1, tiling.tile_w // group)
+        gsize = group_size(width, tiling.tile_w)
+        assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
+        groups = triton.cdiv(width, gsize)
+        per_program = max(1, tiling.tile_w // gsize)
         gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
         meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
         has_starts = starts is not None
         _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
-            GROUP=group, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
+            GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
         _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
                              TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
-        _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // group))](
+        _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
             logits, starts_arg, lengths, gmax, meta, cand, width, logits.stride(0), groups, HAS_STARTS=has_starts,
-            CAP=tiling.cap, BLOCK=tiling.block, GROUP=group, num_warps=tiling.cand_warps, **pdl)
+            CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
-    _order_kernel[(rows, order.segments)](
+    _order_kernel[(rows, order_programs(order, group))](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=common["COUNT_W"],
+        RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
         num_warps=tiling.order_warps, **pdl)
 
 
@@ -764,12 +901,17 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
+    group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "PDL": tiling.pdl}
+              "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
+              "COUNT_W": count_width(order.segments, group),
+              "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
-                    "SEG_CAP": order.seg_cap, "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
+                    "SEG_CAP": order.seg_cap, "COUNT_GROUP": group, "COUNT_W": count_width(order.segments, group),
+                    "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK,
+                    "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         tile = row_tile(width)
@@ -780,18 +922,18 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                             "two programs per SM, three row tiles in 128 registers, some words spilled: faster "
                             "from 1056 rows on the H200 (docs/perf/h200-topk-rows.json, h200-topk-tiers.json)"),
                 order_spec)
-    group = group_size(width, tiling.tile_w)
+    gsize = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
-                    num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": group, "PDL": tiling.pdl,
-                                                     "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // group)},
+                    num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
+                                                     "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)},
                     targets=ISA_TARGETS),
         CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
                                 "PDL": tiling.pdl}, targets=ISA_TARGETS),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
-                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": group,
+                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "PDL": tiling.pdl}),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
                     signature=_SIGNATURE | {"meta_ptr": "*i32"}, constexprs=common | {"BLOCK": tiling.block},
