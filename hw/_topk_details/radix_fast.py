@@ -413,8 +413,9 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
       else (both signs, or values down near zero, where most binades are empty): b = min(floor((v(kmax) - v) *
           fp32(FINE / (v(kmax) - v(lo)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(lo)
           is finite; else nothing is stored.
-    Pass 1 counts by atomic increments; when no bucket holds more than MAX_FINE, pass 2 stores each key at its
-    bucket's running offset (atomic increments of the exclusive prefix sums). Returns 1 when stored, else 0."""
+    The counts come from tl.histogram (on chip); when no bucket holds more than MAX_FINE, each key is stored at its
+    bucket's running offset (atomic increments of the exclusive prefix sums in count_row). Returns 1 when stored,
+    else 0."""
     take = key >= lo.to(tl.uint32)
     lo_u = lo.to(tl.uint32)
     span = kmax.to(tl.int64) - lo
@@ -434,16 +435,9 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
             below_max = tl.where(take, v_max - _key_value(key), 0.0)   # no NaN or inf from keys < lo
             b = tl.minimum(below_max * (_FINE / v_span), _FINE - 1).to(tl.int32)
         b = tl.where(take, b, 0)
-        f = tl.arange(0, _FINE)
-        tl.store(count_row + f, tl.zeros((_FINE,), tl.int32))
-        tl.debug_barrier()   # the zero counts were stored by other threads of this program
-        before = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
-        widest = tl.max(tl.where(take, before, 0), 0) + 1   # every increment has returned
-        if widest <= MAX_FINE:
-            tl.debug_barrier()
-            counts = tl.load(count_row + f, cache_modifier=".cg")
-            tl.debug_barrier()   # every thread has read the counts
-            tl.store(count_row + f, tl.cumsum(counts, 0) - counts)
+        counts = tl.histogram(b, _FINE, mask=take)
+        if tl.max(counts, 0) <= MAX_FINE:
+            tl.store(count_row + tl.arange(0, _FINE), tl.cumsum(counts, 0) - counts)
             tl.debug_barrier()   # the offsets were stored by other threads of this program
             slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
             tl.store(area_row + slot, _sort_composite(key, cols), mask=take)
