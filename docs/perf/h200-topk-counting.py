@@ -1,9 +1,10 @@
-"""radix_fast with the counting-sorted ordering against the kernel before it (commit 1a2526b), on the H200, in one
-run, timed as `mxidx bench` times top-k (median of CUDA-graph replays), with torch.topk in the same run; both
-kernels' indices checked against torch.topk's. The kernel before it as a module:
+"""radix_fast with the counting-sorted ordering against the kernel before it (commit 1a2526b) and other forms of
+radix_fast given as modules, on the H200, in one run, timed as `mxidx bench` times top-k (median of CUDA-graph
+replays), with torch.topk in the same run; every kernel's indices checked against torch.topk's. A commit's kernel as
+a module:
 
     git show 1a2526b:hw/_topk_details/radix_fast.py | sed 's/from \\.\\./from hw./; s/from \\.kernel/from hw._topk_details.kernel/; s/from \\.variants/from hw._topk_details.variants/' > DIR/radix_before.py
-    PYTHONPATH=.:DIR python3 docs/perf/h200-topk-counting.py OUT.json radix_before
+    PYTHONPATH=.:DIR python3 docs/perf/h200-topk-counting.py OUT.json radix_before [MODULE ...]
 
 Rows (k = 2048, the launcher's tiling for the rows and SMs): N(0, 1) logits, and logits like those of the decode
 step, sum_h w_h relu(q_h . k) with q, k (bf16) and w ~ N(0, 1), H = 32, D = 128; `counted_rows` counts the rows
@@ -58,9 +59,9 @@ def _counted_rows(module, logits, lengths, out, tiling, rows) -> int | None:
     return int(counts[:, module.FINE_BUCKETS].sum())
 
 
-def main(out_path: str, before: str) -> None:
+def main(out_path: str, *others: str) -> None:
     results = {}
-    old = importlib.import_module(before)
+    kernels = [(name, importlib.import_module(name)) for name in others] + [("tree", radix_fast)]
     gen = torch.Generator(device="cuda").manual_seed(0)
     sms = sm_count(torch.device("cuda"))
     for name, kind, rows, width, causal in (
@@ -77,8 +78,7 @@ def main(out_path: str, before: str) -> None:
         want = torch.where(torch.arange(K, device="cuda")[None, :] < lengths[:, None], want, -1)
         results[f"{name}/torch.topk"] = {"time_us": _graph_time_us([lambda: torch.topk(padded, K, dim=1)],
                                                                    inner=INNER, replays=REPLAYS)}
-        for label, module, split in (("before", old, 1), ("after", radix_fast, 1), ("after, ORDER_SPLIT 2", radix_fast, 2)):
-            radix_fast.ORDER_SPLIT = split
+        for label, module in kernels:
             tiling = module.fast_tiling(width, K, pdl=True, rows=rows, sms=sms)
             out = torch.empty((rows, K), dtype=torch.int32, device="cuda")
             module._launch(logits, lengths, None, out, tiling)
@@ -94,4 +94,4 @@ def main(out_path: str, before: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], *sys.argv[2:])

@@ -79,8 +79,8 @@ FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK)
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
-ORDER_SPLIT = 1          # one-tile on-chip launches: ordering programs per SEGMENT keys when the keys >= lo are
-FINE_BUCKETS = 256       # counting-sorted into this many buckets by key (or value) range (_count_sort) ...
+FINE_BUCKETS = 256       # one-tile on-chip launches: the keys >= lo counting-sorted into this many buckets by key
+                         # (or value) range (_count_sort) ...
 KEY_MAP_BINADES = 8      # ... by key when they have one sign and span at most this many binades
 ORDER_WARPS = 4
 CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
@@ -160,15 +160,9 @@ def ordering(k: int, tiling: FastTiling) -> Ordering:
 
 def count_group(order: Ordering, one_tile: bool) -> int:
     """COUNT_GROUP: on the on-chip path with one row tile and a split ordering, the keys (about) per ordering
-    program of a row _count_sort ordered by bucket, seg_cap / (2 * ORDER_SPLIT); else 0, no counting sort (with many
-    rows the capped, tiered kernel is faster without: docs/perf/h200-topk.md)."""
-    return order.seg_cap // (2 * ORDER_SPLIT) if one_tile and 1 < order.segments else 0
-
-
-def order_programs(order: Ordering, group: int) -> int:
-    """Ordering programs per row (grid axis 1 of _order_kernel): k_pad / group for a launch that may
-    counting-sort (group = count_group > 0), else _partition's ranges."""
-    return order.segments * order.seg_cap // (2 * group) if group else order.segments
+    program of a row _count_sort ordered by bucket, seg_cap / 2 (k_pad over the segments programs); else 0, no
+    counting sort (with many rows the capped, tiered kernel is faster without: docs/perf/h200-topk.md)."""
+    return order.seg_cap // 2 if one_tile and 1 < order.segments else 0
 
 
 def count_width(segments: int, group: int) -> int:
@@ -404,21 +398,21 @@ def _key_value(key):
 @triton.jit
 def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr):
     """Counting sort of the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into FINE buckets from
-    the largest key kmax down to lo, stored to area_row in bucket order (any order inside a bucket); count_row[b]
-    ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as the key falls and equal
-    keys share one, so every key of bucket b is greater than every key of bucket b + 1:
+    the largest key kmax down to m, the least key >= lo, stored to area_row in bucket order (any order inside a
+    bucket); count_row[b] ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as
+    the key falls and equal keys share one, so every key of bucket b is greater than every key of bucket b + 1:
       keys >= lo of one sign within KEY_MAP_BINADES binades: d = (kmax - key) >> pre with the least pre that
-          leaves (kmax - lo) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - lo) >> pre) + 1))) >> 16
+          leaves (kmax - m) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - m) >> pre) + 1))) >> 16
           (< FINE; fits uint32): buckets of equal width in binades;
       else (both signs, or values down near zero, where most binades are empty): b = min(floor((v(kmax) - v) *
-          fp32(FINE / (v(kmax) - v(lo)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(lo)
-          is finite; else nothing is stored.
+          fp32(FINE / (v(kmax) - v(m)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(m)
+          is finite (not so with a NaN key, the least); else nothing is stored.
     The counts come from tl.histogram (on chip); when no bucket holds more than MAX_FINE, each key is stored at its
     bucket's running offset (atomic increments of the exclusive prefix sums in count_row). Returns 1 when stored,
     else 0."""
     take = key >= lo.to(tl.uint32)
-    lo_u = lo.to(tl.uint32)
-    span = kmax.to(tl.int64) - lo
+    lo_u = tl.min(tl.where(take, key, _KEY_MAX), 0)   # the least key >= lo: the buckets span [lo_u, kmax]
+    span = kmax.to(tl.int64) - lo_u
     key_map = ((lo_u >= _SIGN_BIT) | (kmax < _SIGN_BIT)) & (span <= _KEY_MAP_SPAN)
     v_max = _key_value(kmax)
     v_span = v_max - _key_value(lo_u)
@@ -450,12 +444,12 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
                     TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
-    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
-    COUNT_GROUP > 0 and at most 2 * K_PAD keys >= lo, those are counting-sorted by bucket for the ordering
-    (_count_sort, no bucket wider than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program
-    takes fits its widest sort): `bucketed` = 1 when it stored them, and nothing else is stored.
-    Otherwise it stores the keys above the interval (or, `direct`, every selected key) and the candidates. Returns
-    (lo, hi, ge_lo, above, direct, bucketed)."""
+    round: more cost registers and time, docs/perf/h200-topk.md). With COUNT_GROUP > 0 it narrows only until at
+    most 2 * K_PAD keys are >= lo and counting-sorts those by bucket for the ordering (_count_sort, no bucket wider
+    than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program takes fits its widest sort):
+    `bucketed` = 1 when it stored them, and nothing else is stored. Otherwise it narrows until <= CAP keys are
+    inside the interval and stores the keys above it (or, `direct`, every selected key) and the candidates.
+    Returns (lo, hi, ge_lo, above, direct, bucketed)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
@@ -463,14 +457,18 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     hi = lo * 0 + _KEY_MAX
     ge_lo = tl.maximum(end, start) - start
     above = start * 0
-    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
-    direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
-    bucketed = direct * 0
+    bucketed = start * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
+        # the counting sort needs no more than k_eff <= ge_lo <= 2 * K_PAD: narrow that far first
+        while (ge_lo > 2 * K_PAD) & (lo < hi) & (ge_lo - above > CAP):
+            lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
         if (ge_lo > 0) & (ge_lo <= 2 * K_PAD):
             bucketed = _count_sort(key, cols, lo, tl.max(key, 0), bucket_row, count_row, 2 * SEG_CAP - COUNT_GROUP)
+    direct = bucketed * 0
     if bucketed == 0:
+        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+            lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+        direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
         _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
     return lo, hi, ge_lo, above, direct, bucketed
 
@@ -734,14 +732,14 @@ def _order_kernel(
 ):
     """Order range `program_id(1)` of one row's selection: sort its composites and store their columns at its rank
     offset, the number of composites in the ranges above, as far as rank k_eff. When the row's mode word says so
-    (COUNT_GROUP > 0), the ranges are runs of _count_sort's buckets, already at their rank offsets: range j is
-    the buckets that start in [j * COUNT_GROUP, (j + 1) * COUNT_GROUP) (their keys >= lo: the ranks past k_eff
-    are not stored). Else they are _partition's ranges (exactly the selection; programs past SEGMENTS have
-    none). The sort is SEG_CAP wide, a half or a quarter of that for a range holding no more, twice that for a
-    range holding more (a run of _count_sort's buckets holds fewer than 2 * SEG_CAP; _partition's sample
-    missed). A range of _partition's holding more than 2 * SEG_CAP (skewed samples) places each member at its
-    rank, the number of members greater than it, counted against the whole selection RANK_ROWS x RANK_CHUNK at a
-    time: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
+    (COUNT_GROUP > 0), the ranges are runs of _count_sort's buckets, already at their rank offsets: range j is the
+    buckets that start in [j * COUNT_GROUP, (j + 1) * COUNT_GROUP) (their keys >= lo: the ranks past k_eff are
+    not stored). Else they are _partition's ranges (exactly the selection). The sort is SEG_CAP wide, a half or a
+    quarter of that for a range holding no more, twice that for a range holding more (a run of _count_sort's
+    buckets holds fewer than 2 * SEG_CAP; _partition's sample missed). A range of _partition's holding more than
+    2 * SEG_CAP (skewed samples) places each member at its rank, the number of members greater than it, counted
+    against the whole selection RANK_ROWS x RANK_CHUNK at a time: slower, same result. Program 0 pads
+    out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
@@ -771,7 +769,6 @@ def _order_kernel(
             counts = tl.load(count_row + j)
             count = tl.sum(tl.where(j == seg, counts, 0), 0)
             offset = tl.sum(tl.where(j < seg, counts, 0), 0)
-            count = tl.where(seg < SEGMENTS, count, 0)
             bucket = bucket_ptr + (row * SEGMENTS + seg) * (2 * SEG_CAP)
         n_store = tl.minimum(count, k_eff - offset)
         if n_store > 0:   # a selection smaller than k leaves ranges empty (short causal rows)
@@ -867,7 +864,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
-    _order_kernel[(rows, order_programs(order, group))](
+    _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=common["COUNT_W"],
         RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
