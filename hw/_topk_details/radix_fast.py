@@ -398,21 +398,20 @@ def _key_value(key):
 @triton.jit
 def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr):
     """Counting sort of the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into FINE buckets from
-    the largest key kmax down to m, the least key >= lo, stored to area_row in bucket order (any order inside a
-    bucket); count_row[b] ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as
-    the key falls and equal keys share one, so every key of bucket b is greater than every key of bucket b + 1:
+    the largest key kmax down to lo, stored to area_row in bucket order (any order inside a bucket); count_row[b]
+    ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as the key falls and equal
+    keys share one, so every key of bucket b is greater than every key of bucket b + 1:
       keys >= lo of one sign within KEY_MAP_BINADES binades: d = (kmax - key) >> pre with the least pre that
-          leaves (kmax - m) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - m) >> pre) + 1))) >> 16
+          leaves (kmax - lo) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - lo) >> pre) + 1))) >> 16
           (< FINE; fits uint32): buckets of equal width in binades;
       else (both signs, or values down near zero, where most binades are empty): b = min(floor((v(kmax) - v) *
-          fp32(FINE / (v(kmax) - v(m)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(m)
-          is finite (not so with a NaN key, the least); else nothing is stored.
-    The counts come from tl.histogram (on chip); when no bucket holds more than MAX_FINE, each key is stored at its
-    bucket's running offset (atomic increments of the exclusive prefix sums in count_row). Returns 1 when stored,
-    else 0."""
+          fp32(FINE / (v(kmax) - v(lo)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(lo)
+          is finite; else nothing is stored.
+    Pass 1 counts by atomic increments; when no bucket holds more than MAX_FINE, pass 2 stores each key at its
+    bucket's running offset (atomic increments of the exclusive prefix sums). Returns 1 when stored, else 0."""
     take = key >= lo.to(tl.uint32)
-    lo_u = tl.min(tl.where(take, key, _KEY_MAX), 0)   # the least key >= lo: the buckets span [lo_u, kmax]
-    span = kmax.to(tl.int64) - lo_u
+    lo_u = lo.to(tl.uint32)
+    span = kmax.to(tl.int64) - lo
     key_map = ((lo_u >= _SIGN_BIT) | (kmax < _SIGN_BIT)) & (span <= _KEY_MAP_SPAN)
     v_max = _key_value(kmax)
     v_span = v_max - _key_value(lo_u)
@@ -429,9 +428,16 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
             below_max = tl.where(take, v_max - _key_value(key), 0.0)   # no NaN or inf from keys < lo
             b = tl.minimum(below_max * (_FINE / v_span), _FINE - 1).to(tl.int32)
         b = tl.where(take, b, 0)
-        counts = tl.histogram(b, _FINE, mask=take)
-        if tl.max(counts, 0) <= MAX_FINE:
-            tl.store(count_row + tl.arange(0, _FINE), tl.cumsum(counts, 0) - counts)
+        f = tl.arange(0, _FINE)
+        tl.store(count_row + f, tl.zeros((_FINE,), tl.int32))
+        tl.debug_barrier()   # the zero counts were stored by other threads of this program
+        before = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
+        widest = tl.max(tl.where(take, before, 0), 0) + 1   # every increment has returned
+        if widest <= MAX_FINE:
+            tl.debug_barrier()
+            counts = tl.load(count_row + f, cache_modifier=".cg")
+            tl.debug_barrier()   # every thread has read the counts
+            tl.store(count_row + f, tl.cumsum(counts, 0) - counts)
             tl.debug_barrier()   # the offsets were stored by other threads of this program
             slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
             tl.store(area_row + slot, _sort_composite(key, cols), mask=take)
@@ -444,12 +450,12 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
                     TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
-    round: more cost registers and time, docs/perf/h200-topk.md). With COUNT_GROUP > 0 it narrows only until at
-    most 2 * K_PAD keys are >= lo and counting-sorts those by bucket for the ordering (_count_sort, no bucket wider
-    than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program takes fits its widest sort):
-    `bucketed` = 1 when it stored them, and nothing else is stored. Otherwise it narrows until <= CAP keys are
-    inside the interval and stores the keys above it (or, `direct`, every selected key) and the candidates.
-    Returns (lo, hi, ge_lo, above, direct, bucketed)."""
+    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
+    COUNT_GROUP > 0 and at most 2 * K_PAD keys >= lo, those are counting-sorted by bucket for the ordering
+    (_count_sort, no bucket wider than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program
+    takes fits its widest sort): `bucketed` = 1 when it stored them, and nothing else is stored.
+    Otherwise it stores the keys above the interval (or, `direct`, every selected key) and the candidates. Returns
+    (lo, hi, ge_lo, above, direct, bucketed)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
@@ -457,18 +463,14 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     hi = lo * 0 + _KEY_MAX
     ge_lo = tl.maximum(end, start) - start
     above = start * 0
-    bucketed = start * 0
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+    direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
+    bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
-        # the counting sort needs no more than k_eff <= ge_lo <= 2 * K_PAD: narrow that far first
-        while (ge_lo > 2 * K_PAD) & (lo < hi) & (ge_lo - above > CAP):
-            lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
         if (ge_lo > 0) & (ge_lo <= 2 * K_PAD):
             bucketed = _count_sort(key, cols, lo, tl.max(key, 0), bucket_row, count_row, 2 * SEG_CAP - COUNT_GROUP)
-    direct = bucketed * 0
     if bucketed == 0:
-        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-            lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
-        direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
         _split_store(key, cols, lo, hi, above, k_eff, 0, 0, direct, out_row, cand_row, CAP)
     return lo, hi, ge_lo, above, direct, bucketed
 
