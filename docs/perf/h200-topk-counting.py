@@ -51,7 +51,8 @@ def _counted_rows(module, logits, lengths, out, tiling, rows) -> int | None:
     finally:
         torch.empty = real
     order = module.ordering(K, tiling)
-    group = module.count_group(order, logits.shape[1] <= tiling.tile_w and tiling.tiers == 1)
+    group = module.count_group(order, logits.shape[1] <= tiling.tile_w and tiling.tiers == 1
+                               and getattr(tiling, "count_sort", True))
     if not group:
         return 0
     (counts,) = [t for t in made if t.dtype == torch.int32 and tuple(t.shape) == (rows, module.count_width(

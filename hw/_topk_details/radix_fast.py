@@ -92,6 +92,7 @@ MIN_K_PAD = 16
 MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
 SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
 MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile widths that fits it
+COUNT_SORT_SMS_PER_ROW = 2   # one-tile launches counting-sort (count_group) while there are this many SMs per row
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
@@ -124,17 +125,20 @@ class FastTiling:
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
+    count_sort: bool = True          # one-tile on-chip path: may order from _count_sort's buckets (count_group)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
     variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (0: not known). From
     MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel runs under SHARED_SM_MAXNREG registers, two programs
-    per SM; below that, one per SM is faster (docs/perf/h200-topk.md)."""
+    per SM; below that, one per SM is faster. The counting sort orders rows only while there are
+    COUNT_SORT_SMS_PER_ROW SMs per row: on the H200 64 rows gained with it and 132 lost (docs/perf/h200-topk.md)."""
     if width <= TILE_W:
         shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
         return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None,
-                          tiers=MANY_ROWS_TIERS if shared else 1)
+                          tiers=MANY_ROWS_TIERS if shared else 1,
+                          count_sort=not (0 < sms < COUNT_SORT_SMS_PER_ROW * rows))
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP),
                       min(max(STREAM_BLOCK, group_size(width, TILE_W)), MAX_BLOCK),
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
@@ -839,7 +843,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
     on_chip = width <= tiling.tile_w
-    group = count_group(order, on_chip and tiling.tiers == 1)
+    group = count_group(order, on_chip and tiling.tiers == 1 and tiling.count_sort)
     parts = (torch.empty((rows, order.segments * 2 * order.seg_cap), dtype=torch.int64, device=device),
              torch.empty((rows, count_width(order.segments, group)), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
@@ -888,13 +892,17 @@ _CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
                    "meta_ptr": "*i32", "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "groups": "i32"}
 
 
-def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
+def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
+              count_sort: bool = True) -> tuple[CompileSpec, ...]:
     """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec);
-    many_rows: at MANY_ROWS_PER_SM rows per SM or more."""
-    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
-    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+    many_rows: at MANY_ROWS_PER_SM rows per SM or more; not count_sort: at one row per SM (fewer SMs per row than
+    COUNT_SORT_SMS_PER_ROW)."""
+    rows = 2 * MANY_ROWS_PER_SM if many_rows else 1 if count_sort else 2     # on 2 SMs
+    tiling = fast_tiling(width, k, pdl=True, rows=rows, sms=2)
+    label = (f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+             + ("" if count_sort else "/no_count_sort"))
     order = ordering(k, tiling)
-    group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
+    group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1 and tiling.count_sort)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
               "COUNT_W": count_width(order.segments, group),
@@ -938,7 +946,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
 # decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill),
 # the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
-              (8192, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))
+              (8192, 2048, False, True), (8192, 2048, False, False, False), (FAST_MAX_WIDTH, 2048, False))
 
 
 def _launch_variant(call, tiling: FastTiling) -> None:

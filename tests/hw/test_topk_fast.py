@@ -78,6 +78,9 @@ TILINGS = {
     # the ordering split into segments: exact splitters (every selected column sampled), and sparse samples
     "segments": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                            segment=8, samples=8),
+    # the same without the counting sort (one row per SM and more): every row through _partition
+    "segments_partitioned": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP,
+                                       block=radix_fast.STREAM_BLOCK, segment=8, samples=8, count_sort=False),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
 }
 
@@ -224,6 +227,18 @@ def test_launch_constants():
             assert group <= t.block or width > radix_fast.FAST_MAX_WIDTH
         assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
+
+
+def test_count_sort_from_rows_per_sm():
+    """One-tile launches order from _count_sort's buckets while there are COUNT_SORT_SMS_PER_ROW SMs per row, or
+    when the SMs are not known; the launch's count scratch and constexprs follow."""
+    sms = 132
+    rows = sms // radix_fast.COUNT_SORT_SMS_PER_ROW
+    assert radix_fast.fast_tiling(8192, 2048, rows=rows, sms=sms).count_sort
+    assert not radix_fast.fast_tiling(8192, 2048, rows=rows + 1, sms=sms).count_sort
+    assert radix_fast.fast_tiling(8192, 2048, rows=rows + 1).count_sort
+    assert [s.constexprs["COUNT_GROUP"] for s in radix_fast.isa_specs(8192, 2048, False)] == [128, 128]
+    assert [s.constexprs["COUNT_GROUP"] for s in radix_fast.isa_specs(8192, 2048, False, count_sort=False)] == [0, 0]
 
 
 def test_register_cap_from_rows_per_sm():
