@@ -19,6 +19,25 @@ from tools.cmd_bench import _graph_time_us, json_recorder
 K, INNER, REPLAYS = 2048, 20, 30
 
 
+def reference(logits: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the rows with -inf past each row's length, torch.topk's indices of those, -1 past the length)."""
+    width = logits.shape[1]
+    padded = torch.where(torch.arange(width, device="cuda")[None, :] < lengths[:, None].long(), logits,
+                         float("-inf"))
+    want = torch.topk(padded, K, dim=1).indices.to(torch.int32)
+    return padded, torch.where(torch.arange(K, device="cuda")[None, :] < lengths[:, None], want, -1)
+
+
+def time_kernel(module, logits: torch.Tensor, lengths: torch.Tensor, want: torch.Tensor, tiling):
+    """(graph-replay time in us, whether module._launch's indices equal `want`, its output)."""
+    out = torch.empty((logits.shape[0], K), dtype=torch.int32, device="cuda")
+    module._launch(logits, lengths, None, out, tiling)
+    torch.cuda.synchronize()
+    same = bool(torch.equal(out, want))
+    us = _graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER, replays=REPLAYS)
+    return us, same, out
+
+
 def main(out_path: str, before: str) -> None:
     log = json_recorder(out_path)
     old = importlib.import_module(before)
@@ -29,20 +48,11 @@ def main(out_path: str, before: str) -> None:
         logits = torch.randn(rows, width, device="cuda", generator=gen)
         lengths = (torch.arange(1, rows + 1, dtype=torch.int32, device="cuda") if causal
                    else torch.full((rows,), width, dtype=torch.int32, device="cuda"))
-        padded = torch.where(torch.arange(width, device="cuda")[None, :] < lengths[:, None].long(), logits,
-                             float("-inf"))
-        want = torch.topk(padded, K, dim=1).indices.to(torch.int32)
-        want = torch.where(torch.arange(K, device="cuda")[None, :] < lengths[:, None], want, -1)
+        padded, want = reference(logits, lengths)
         us = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=INNER, replays=REPLAYS)
         log(f"{name}/torch.topk", {"time_us": us})
         for label, module in (("before", old), ("after", radix_fast)):
-            tiling = module.fast_tiling(width, K, pdl=True)
-            out = torch.empty((rows, K), dtype=torch.int32, device="cuda")
-            module._launch(logits, lengths, None, out, tiling)
-            torch.cuda.synchronize()
-            same = bool(torch.equal(out, want))
-            us = _graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER,
-                                replays=REPLAYS)
+            us, same, _ = time_kernel(module, logits, lengths, want, module.fast_tiling(width, K, pdl=True))
             log(f"{name}/{label}", {"time_us": us, "equals_torch": same})
 
 

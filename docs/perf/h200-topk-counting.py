@@ -20,6 +20,10 @@ from hw._topk_details import radix_fast
 from hw.targets import sm_count
 from tools.cmd_bench import _graph_time_us
 
+sys.path.insert(0, "docs/perf")
+_ab = importlib.import_module("h200-topk-ab")     # the same K and replays
+reference, time_kernel = _ab.reference, _ab.time_kernel
+
 K, INNER, REPLAYS, H, D = 2048, 20, 30, 32, 128
 
 
@@ -73,20 +77,12 @@ def main(out_path: str, *others: str) -> None:
         logits = _logits(kind, rows, width, gen)
         lengths = (torch.arange(1, rows + 1, dtype=torch.int32, device="cuda") if causal
                    else torch.full((rows,), width, dtype=torch.int32, device="cuda"))
-        padded = torch.where(torch.arange(width, device="cuda")[None, :] < lengths[:, None].long(), logits,
-                             float("-inf"))
-        want = torch.topk(padded, K, dim=1).indices.to(torch.int32)
-        want = torch.where(torch.arange(K, device="cuda")[None, :] < lengths[:, None], want, -1)
+        padded, want = reference(logits, lengths)
         results[f"{name}/torch.topk"] = {"time_us": _graph_time_us([lambda: torch.topk(padded, K, dim=1)],
                                                                    inner=INNER, replays=REPLAYS)}
         for label, module in kernels:
             tiling = module.fast_tiling(width, K, pdl=True, rows=rows, sms=sms)
-            out = torch.empty((rows, K), dtype=torch.int32, device="cuda")
-            module._launch(logits, lengths, None, out, tiling)
-            torch.cuda.synchronize()
-            same = bool(torch.equal(out, want))
-            us = _graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER,
-                                replays=REPLAYS)
+            us, same, out = time_kernel(module, logits, lengths, want, tiling)
             results[f"{name}/{label}"] = {"time_us": us, "equals_torch": same,
                                           "counted_rows": _counted_rows(module, logits, lengths, out, tiling, rows)}
             print(name, label, results[f"{name}/{label}"], flush=True)
