@@ -31,6 +31,14 @@ then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and st
 sizes of the ranges above it. Composites are distinct, so the ranges and offsets are exact whatever the sample;
 a sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
 
+Rows held in one register tile while there are COUNT_SORT_SMS_PER_ROW SMs per row (the decode step's) skip the
+candidates, the compaction and the sample: once the row narrowing leaves at most CAP keys inside [lo, hi],
+`_count_sort` counting-sorts every key >= lo (at most 2 k_pad of them) into FINE_BUCKETS buckets of falling key
+ranges, and ordering program j takes the run of buckets that start at ranks [j COUNT_GROUP, (j + 1) COUNT_GROUP)
+at its rank offset, the prefix sum, storing as far as rank k_eff. A row whose keys >= lo have no finite value span
+or crowd one bucket (massive ties) takes the path above; a mode word per row tells the ordering which
+(docs/perf/h200-topk.md).
+
 Two paths, picked from the width alone (the grid depends only on shapes):
 
   W <= tile_w  one program per row (`_topk_row_kernel`): the row is loaded once into registers and every round
@@ -488,8 +496,8 @@ def _topk_row_kernel(
     sel_ptr,              # *i64 [rows, K_PAD] receives the composites of the k_eff selected columns, unordered
     cand_ptr,             # *i32 [rows, 2 * CAP] scratch: candidate columns, then their keys
     bucket_ptr,           # *i64 [rows, SEGMENTS * 2 * SEG_CAP], count_ptr *i32 [rows, COUNT_W], lower_ptr
-    count_ptr,            #     *i64 [rows, SEGMENTS]: the ordering's input (untouched when SEGMENTS == 1): the
-    lower_ptr,            #     the mode word count[FINE] says whether _count_sort (1) or _partition (0) filled them
+    count_ptr,            #     *i64 [rows, SEGMENTS]: the ordering's input (untouched when SEGMENTS == 1); with
+    lower_ptr,            #     COUNT_GROUP > 0, count[FINE] says whether _count_sort (1) or _partition (0) filled it
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -944,7 +952,8 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
 
 
 # decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill),
-# the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
+# on-chip rows without the counting sort, the widest rows of the long path (one group of MAX_BLOCK columns per
+# candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
               (8192, 2048, False, True), (8192, 2048, False, False, False), (FAST_MAX_WIDTH, 2048, False))
 
