@@ -852,10 +852,11 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
     on_chip = width <= tiling.tile_w
     group = count_group(order, on_chip and tiling.tiers == 1 and tiling.count_sort)
+    count_w = count_width(order.segments, group)
     parts = (torch.empty((rows, order.segments * 2 * order.seg_cap), dtype=torch.int64, device=device),
-             torch.empty((rows, count_width(order.segments, group)), dtype=torch.int32, device=device),
+             torch.empty((rows, count_w), dtype=torch.int32, device=device),
              torch.empty((rows, order.segments), dtype=torch.int64, device=device))
-    common.update(COUNT_GROUP=group, COUNT_W=count_width(order.segments, group))
+    common.update(COUNT_GROUP=group, COUNT_W=count_w)
     if on_chip:
         tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
@@ -880,7 +881,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
                                    k, BLOCK=tiling.block, **common, **pdl)
     _order_kernel[(rows, order.segments)](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
-        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=common["COUNT_W"],
+        SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=count_w,
         RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
         num_warps=tiling.order_warps, **pdl)
 
@@ -913,14 +914,12 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1 and tiling.count_sort)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
-              "COUNT_W": count_width(order.segments, group),
-              "PDL": tiling.pdl}
+              "COUNT_W": count_width(order.segments, group), "PDL": tiling.pdl}
     order_spec = CompileSpec(
         label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
-                    "SEG_CAP": order.seg_cap, "COUNT_GROUP": group, "COUNT_W": count_width(order.segments, group),
-                    "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK,
-                    "PDL": tiling.pdl},
+                    "SEG_CAP": order.seg_cap, "COUNT_GROUP": group, "COUNT_W": common["COUNT_W"],
+                    "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         tile = row_tile(width)
