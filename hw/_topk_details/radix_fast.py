@@ -31,7 +31,7 @@ then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and st
 sizes of the ranges above it. Composites are distinct, so the ranges and offsets are exact whatever the sample;
 a sample that missed only makes a range larger (sorted wider, slower). The tail is padded with -1.
 
-Rows held in one register tile while there are COUNT_SORT_SMS_PER_ROW SMs per row (the decode step's) skip the
+Rows held in one register tile (fewer than MANY_ROWS_PER_SM rows per SM: the decode step's) skip the
 candidates, the compaction and the sample: once the row narrowing leaves at most CAP keys inside [lo, hi],
 `_count_sort` counting-sorts every key >= lo (at most 2 k_pad of them) into FINE_BUCKETS buckets of falling key
 ranges, and ordering program j takes the run of buckets that start at ranks [j COUNT_GROUP, (j + 1) COUNT_GROUP)
@@ -100,7 +100,7 @@ MIN_K_PAD = 16
 MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
 SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
 MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile widths that fits it
-COUNT_SORT_SMS_PER_ROW = 2   # one-tile launches counting-sort (count_group) while there are this many SMs per row
+COUNTER_STRIDE = 8           # int32 words between _count_sort's atomic counters: one per 32-byte sector
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
@@ -108,6 +108,8 @@ _FINE = tl.constexpr(FINE_BUCKETS)
 _SIGN_BIT = tl.constexpr(0x80000000)
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
 _KEY_MAP_SPAN = tl.constexpr(KEY_MAP_BINADES << 23)   # keys of one sign: 2^23 per binade
+_COUNTERS = tl.constexpr(FINE_BUCKETS + 32)           # the count scratch's word of _count_sort's first counter
+_COUNTER_STRIDE = tl.constexpr(COUNTER_STRIDE)
 _FLIP = tl.constexpr(0xFFFFFFFF)
 _COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
 _TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
@@ -133,20 +135,18 @@ class FastTiling:
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
-    count_sort: bool = True          # one-tile on-chip path: may order from _count_sort's buckets (count_group)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
     variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (0: not known). From
     MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel runs under SHARED_SM_MAXNREG registers, two programs
-    per SM; below that, one per SM is faster. The counting sort orders rows only while there are
-    COUNT_SORT_SMS_PER_ROW SMs per row: on the H200 64 rows gained with it and 132 lost (docs/perf/h200-topk.md)."""
+    per SM and each row in the narrowest of MANY_ROWS_TIERS tiles; below that, one per SM, in one tile, ordered
+    from the counting sort (count_group), is faster (docs/perf/h200-topk.md)."""
     if width <= TILE_W:
         shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
         return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None,
-                          tiers=MANY_ROWS_TIERS if shared else 1,
-                          count_sort=not (0 < sms < COUNT_SORT_SMS_PER_ROW * rows))
+                          tiers=MANY_ROWS_TIERS if shared else 1)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP),
                       min(max(STREAM_BLOCK, group_size(width, TILE_W)), MAX_BLOCK),
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
@@ -172,16 +172,24 @@ def ordering(k: int, tiling: FastTiling) -> Ordering:
 
 def count_group(order: Ordering, one_tile: bool) -> int:
     """COUNT_GROUP: on the on-chip path with one row tile and a split ordering, the keys (about) per ordering
-    program of a row _count_sort ordered by bucket, seg_cap / 2 (k_pad over the segments programs); else 0, no
-    counting sort (with many rows the capped, tiered kernel is faster without: docs/perf/h200-topk.md)."""
-    return order.seg_cap // 2 if one_tile and 1 < order.segments else 0
+    program of a row _count_sort ordered by bucket, 3/8 of seg_cap: a program's run of buckets (the group, plus
+    the tail of its last bucket) then mostly fits the sort of seg_cap / 2; else 0, no counting sort (with many
+    rows the capped, tiered kernel is faster without: docs/perf/h200-topk.md)."""
+    return 3 * order.seg_cap // 8 if one_tile and 1 < order.segments else 0
+
+
+def order_programs(order: Ordering, group: int) -> int:
+    """Programs per row of _order_kernel: enough groups of `group` (count_group > 0) to cover k_pad, else the
+    segments."""
+    return triton.cdiv(order.segments * order.seg_cap // 2, group) if group else order.segments
 
 
 def count_width(segments: int, group: int) -> int:
-    """int32 words per row of the count scratch (COUNT_W): _count_sort's FINE_BUCKETS counts and its mode word at
-    FINE_BUCKETS, rows 128-byte aligned, when the launch may counting-sort (group = count_group > 0); else
-    _partition's counts."""
-    return FINE_BUCKETS + 32 if group else segments
+    """int32 words per row of the count scratch (COUNT_W): when the launch may counting-sort (group = count_group
+    > 0), _count_sort's FINE_BUCKETS bucket ends, its mode word at FINE_BUCKETS and, from word FINE_BUCKETS + 32,
+    its FINE_BUCKETS atomic counters COUNTER_STRIDE words apart (one per 32-byte sector: fewer increments contend
+    for one L2 line, docs/perf/h200-topk.md); rows 128-byte aligned. Else _partition's counts."""
+    return FINE_BUCKETS + 32 + COUNTER_STRIDE * FINE_BUCKETS if group else segments
 
 
 def probe_bits(cap: int) -> int:
@@ -411,16 +419,18 @@ def _key_value(key):
 def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr):
     """Counting sort of the composites of the tile's keys >= lo (uint32 `key`, 0 = empty) into FINE buckets from
     the largest key kmax down to lo, stored to area_row in bucket order (any order inside a bucket); count_row[b]
-    ends as the number of keys in buckets 0 .. b. The bucket b of a key does not decrease as the key falls and equal
-    keys share one, so every key of bucket b is greater than every key of bucket b + 1:
+    ends as the number of keys in buckets 0 .. b (count_width gives the count row's layout). The bucket b of a key
+    does not decrease as the key falls and equal keys share one, so every key of bucket b is greater than every key
+    of bucket b + 1:
       keys >= lo of one sign within KEY_MAP_BINADES binades: d = (kmax - key) >> pre with the least pre that
           leaves (kmax - lo) >> pre below FINE, b = (d * floor(FINE * 2^16 / (((kmax - lo) >> pre) + 1))) >> 16
           (< FINE; fits uint32): buckets of equal width in binades;
       else (both signs, or values down near zero, where most binades are empty): b = min(floor((v(kmax) - v) *
           fp32(FINE / (v(kmax) - v(lo)))), FINE - 1) on the fp32 values (monotone roundings), when v(kmax) - v(lo)
           is finite; else nothing is stored.
-    Pass 1 counts by atomic increments; when no bucket holds more than MAX_FINE, pass 2 stores each key at its
-    bucket's running offset (atomic increments of the exclusive prefix sums). Returns 1 when stored, else 0."""
+    The counts come from atomic increments of the row's counters; the value an increment returns numbers the key
+    within its bucket (0, 1, ...). When no bucket holds more than MAX_FINE, each key is stored at its bucket's end
+    (the inclusive prefix sum) less its number plus one: no second pass of atomics. Returns 1 when stored, else 0."""
     take = key >= lo.to(tl.uint32)
     lo_u = lo.to(tl.uint32)
     span = kmax.to(tl.int64) - lo
@@ -441,18 +451,17 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
             b = tl.minimum(below_max * (_FINE / v_span), _FINE - 1).to(tl.int32)
         b = tl.where(take, b, 0)
         f = tl.arange(0, _FINE)
-        tl.store(count_row + f, tl.zeros((_FINE,), tl.int32))
+        counters = count_row + _COUNTERS + _COUNTER_STRIDE * f
+        tl.store(counters, tl.zeros((_FINE,), tl.int32))
         tl.debug_barrier()   # the zero counts were stored by other threads of this program
-        before = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
+        before = tl.atomic_add(count_row + _COUNTERS + _COUNTER_STRIDE * b, 1, mask=take, sem="relaxed")
         widest = tl.max(tl.where(take, before, 0), 0) + 1   # every increment has returned
         if widest <= MAX_FINE:
             tl.debug_barrier()
-            counts = tl.load(count_row + f, cache_modifier=".cg")
-            tl.debug_barrier()   # every thread has read the counts
-            tl.store(count_row + f, tl.cumsum(counts, 0) - counts)
-            tl.debug_barrier()   # the offsets were stored by other threads of this program
-            slot = tl.atomic_add(count_row + b, 1, mask=take, sem="relaxed")
-            tl.store(area_row + slot, _sort_composite(key, cols), mask=take)
+            # the scan takes every thread's loaded count, so no thread stores over a count still to be read
+            ends = tl.cumsum(tl.load(counters, cache_modifier=".cg"), 0)
+            tl.store(count_row + f, ends)
+            tl.store(area_row + tl.gather(ends, b, 0) - 1 - before, _sort_composite(key, cols), mask=take)
             stored = take.to(tl.int32) * 0 + 1
     return tl.max(stored, 0)
 
@@ -748,12 +757,12 @@ def _order_kernel(
     offset, the number of composites in the ranges above, as far as rank k_eff. When the row's mode word says so
     (COUNT_GROUP > 0), the ranges are runs of _count_sort's buckets, already at their rank offsets: range j is the
     buckets that start in [j * COUNT_GROUP, (j + 1) * COUNT_GROUP) (their keys >= lo: the ranks past k_eff are
-    not stored). Else they are _partition's ranges (exactly the selection). The sort is SEG_CAP wide, a half or a
-    quarter of that for a range holding no more, twice that for a range holding more (a run of _count_sort's
-    buckets holds fewer than 2 * SEG_CAP; _partition's sample missed). A range of _partition's holding more than
-    2 * SEG_CAP (skewed samples) places each member at its rank, the number of members greater than it, counted
-    against the whole selection RANK_ROWS x RANK_CHUNK at a time: slower, same result. Program 0 pads
-    out[k_eff .. k) with -1."""
+    not stored; order_programs covers k_pad). Else they are _partition's ranges (exactly the selection; programs
+    past SEGMENTS hold none). The sort is SEG_CAP wide, a half or a quarter of that for a range holding no more,
+    twice that for a range holding more (a run of _count_sort's buckets holds fewer than 2 * SEG_CAP;
+    _partition's sample missed). A range of _partition's holding more than 2 * SEG_CAP (skewed samples) places
+    each member at its rank, the number of members greater than it, counted against the whole selection
+    RANK_ROWS x RANK_CHUNK at a time: slower, same result. Program 0 pads out[k_eff .. k) with -1."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
@@ -766,15 +775,18 @@ def _order_kernel(
         tl.store(out_row + slots, tl.where(slots < k_eff, ordered.to(tl.int32) ^ _INT32_MAX, -1), mask=slots < k)
     else:
         count_row = count_ptr + row * COUNT_W
-        bucketed = 0
-        if COUNT_GROUP > 0:
+        f = tl.arange(0, _FINE)
+        if COUNT_GROUP > 0:   # the bucket bounds are loaded beside the mode word, in one round trip
+            ends = tl.load(count_row + f)                                # keys in buckets 0 .. f
+            starts = tl.load(count_row + f - 1, mask=f > 0, other=0)
             bucketed = tl.load(count_row + _FINE)
+        else:                 # no row is counting-sorted
+            ends = f
+            starts = f
+            bucketed = 0
         if bucketed != 0:
             GROUP: tl.constexpr = COUNT_GROUP
-            f = tl.arange(0, _FINE)
-            ends = tl.load(count_row + f)                                # keys in buckets 0 .. f
             total = tl.max(ends, 0)
-            starts = tl.load(count_row + f - 1, mask=f > 0, other=0)
             offset = tl.min(tl.where(starts >= seg * GROUP, starts, total), 0)
             count = tl.min(tl.where(starts >= (seg + 1) * GROUP, starts, total), 0) - offset
             bucket = bucket_ptr + row * (SEGMENTS * 2 * SEG_CAP) + offset
@@ -851,7 +863,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
     sel = torch.empty((rows, k_pad(k)), dtype=torch.int64, device=device)
     on_chip = width <= tiling.tile_w
-    group = count_group(order, on_chip and tiling.tiers == 1 and tiling.count_sort)
+    group = count_group(order, on_chip and tiling.tiers == 1)
     count_w = count_width(order.segments, group)
     parts = (torch.empty((rows, order.segments * 2 * order.seg_cap), dtype=torch.int64, device=device),
              torch.empty((rows, count_w), dtype=torch.int32, device=device),
@@ -879,7 +891,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
-    _order_kernel[(rows, order.segments)](
+    _order_kernel[(rows, order_programs(order, group))](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=count_w,
         RANK_ROWS=RANK_ROWS, RANK_CHUNK=RANK_CHUNK,
@@ -901,17 +913,14 @@ _CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
                    "meta_ptr": "*i32", "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "groups": "i32"}
 
 
-def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
-              count_sort: bool = True) -> tuple[CompileSpec, ...]:
+def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
     """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec);
-    many_rows: at MANY_ROWS_PER_SM rows per SM or more; not count_sort: at one row per SM (fewer SMs per row than
-    COUNT_SORT_SMS_PER_ROW)."""
-    rows = 2 * MANY_ROWS_PER_SM if many_rows else 1 if count_sort else 2     # on 2 SMs
+    many_rows: at MANY_ROWS_PER_SM rows per SM or more."""
+    rows = 2 * MANY_ROWS_PER_SM if many_rows else 1
     tiling = fast_tiling(width, k, pdl=True, rows=rows, sms=2)
-    label = (f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-             + ("" if count_sort else "/no_count_sort"))
+    label = (f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else ""))
     order = ordering(k, tiling)
-    group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1 and tiling.count_sort)
+    group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
               "COUNT_W": count_width(order.segments, group), "PDL": tiling.pdl}
@@ -951,10 +960,9 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
 
 
 # decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill),
-# on-chip rows without the counting sort, the widest rows of the long path (one group of MAX_BLOCK columns per
-# candidate program)
+# the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
-              (8192, 2048, False, True), (8192, 2048, False, False, False), (FAST_MAX_WIDTH, 2048, False))
+              (8192, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))
 
 
 def _launch_variant(call, tiling: FastTiling) -> None:

@@ -78,9 +78,6 @@ TILINGS = {
     # the ordering split into segments: exact splitters (every selected column sampled), and sparse samples
     "segments": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                            segment=8, samples=8),
-    # the same without the counting sort (one row per SM and more): every row through _partition
-    "segments_partitioned": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP,
-                                       block=radix_fast.STREAM_BLOCK, segment=8, samples=8, count_sort=False),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
 }
 
@@ -229,16 +226,15 @@ def test_launch_constants():
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
 
 
-def test_count_sort_from_rows_per_sm():
-    """One-tile launches order from _count_sort's buckets while there are COUNT_SORT_SMS_PER_ROW SMs per row, or
-    when the SMs are not known; the launch's count scratch and constexprs follow."""
-    sms = 132
-    rows = sms // radix_fast.COUNT_SORT_SMS_PER_ROW
-    assert radix_fast.fast_tiling(8192, 2048, rows=rows, sms=sms).count_sort
-    assert not radix_fast.fast_tiling(8192, 2048, rows=rows + 1, sms=sms).count_sort
-    assert radix_fast.fast_tiling(8192, 2048, rows=rows + 1).count_sort
-    assert [s.constexprs["COUNT_GROUP"] for s in radix_fast.isa_specs(8192, 2048, False)] == [128, 128]
-    assert [s.constexprs["COUNT_GROUP"] for s in radix_fast.isa_specs(8192, 2048, False, count_sort=False)] == [0, 0]
+def test_count_sort_on_one_tile_launches():
+    """Launches that hold each row in one register tile with a split ordering (the decode step's) may order from
+    _count_sort's buckets, with enough ordering programs to cover k_pad; the tiered launch of many rows per SM, a
+    single ordering program (small k) and the long path do not."""
+    group = [s.constexprs["COUNT_GROUP"] for s in radix_fast.isa_specs(8192, 2048, False)]
+    order = radix_fast.ordering(2048, radix_fast.fast_tiling(8192, 2048))
+    assert group == [96, 96] and radix_fast.order_programs(order, 96) == 22 > order.segments
+    for shape in ((8192, 2048, False, True), (4096, 64, False), (131072, 2048, False)):
+        assert {s.constexprs.get("COUNT_GROUP") for s in radix_fast.isa_specs(*shape)} <= {0, None}, shape
 
 
 def test_register_cap_from_rows_per_sm():
@@ -304,7 +300,7 @@ def test_counting_sorted_and_partitioned_rows(device, monkeypatch):
     tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=256, block=radix_fast.STREAM_BLOCK)
     order = radix_fast.ordering(k, tiling)
     group = radix_fast.count_group(order, True)
-    assert (order.segments, order.seg_cap, group) == (4, 256, 128)
+    assert (order.segments, order.seg_cap, group, radix_fast.order_programs(order, group)) == (4, 256, 96, 6)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((9, width)).astype(np.float32)
     x[1] = 0.25
