@@ -78,6 +78,10 @@ TILINGS = {
     # the ordering split into segments: exact splitters (every selected column sampled), and sparse samples
     "segments": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                            segment=8, samples=8),
+    # the same as a launch of many rows per SM takes it (tiers asked for, fewer given to narrow rows): no counting
+    # sort, every row through _partition
+    "segments_many_rows": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
+                                     segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
 }
 
@@ -272,12 +276,13 @@ def test_order_segment_overflow(device):
     """Splitters from a skewed sample leave ranges with more composites than the sort width: a range of up to
     twice that is sorted at twice the width, a larger one ranked by counting; same result. The selection of these
     rows is stored in column order and every 8th slot is sampled, so making every 8th column one of the largest
-    puts the splitters at the top: the last range of row 0 holds 113 composites (ranked), of row 3 88 (ranked,
+    puts the splitters at the top: the last range of row 0 holds 114 composites (ranked), of row 3 88 (ranked,
     the selection not a whole number of rank chunks), of row 1 54 (twice the width); row 4's 18, row 5's 14 and
     row 2's 3 take the sort width, a half and a quarter of it."""
     width, k = 128, 128
+    # tiers asked for (as for many rows per SM): the sample sort, not the counting sort
     tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK, segment=16,
-                        samples=2)
+                        samples=2, tiers=radix_fast.MANY_ROWS_TIERS)
     assert radix_fast.ordering(k, tiling) == radix_fast.Ordering(segments=8, stride=8, seg_cap=32)
     cols = np.arange(width)
     lengths = np.array([128, 60, 3, 100, 20, 14])
