@@ -10,14 +10,28 @@ import importlib
 import json
 import sys
 
+import torch
+
 from hw._topk_details import radix_fast
+from hw.targets import sm_count
 from tools.cmd_bench import _decode_case
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 
 
+def _launch_of(module):
+    """The module's launch with its own launch constants for the call (its FastTiling may have other fields than
+    the tree's, whose settings the variant passes)."""
+    sms = sm_count(torch.device("cuda"))
+
+    def launch(logits, lengths, starts, out, tiling):
+        own = module.fast_tiling(logits.shape[1], out.shape[1], pdl=tiling.pdl, rows=logits.shape[0], sms=sms)
+        module._launch(logits, lengths, starts, out, own)
+    return launch
+
+
 def main(out_path: str, *others: str) -> None:
-    kernels = [(name, importlib.import_module(name)._launch) for name in others] + [("tree", radix_fast._launch)]
+    kernels = [(name, _launch_of(importlib.import_module(name))) for name in others] + [("tree", radix_fast._launch)]
     results = {}
     for round_ in range(2):
         for label, launch in kernels:
