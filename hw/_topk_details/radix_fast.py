@@ -916,9 +916,8 @@ _CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
 def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
     """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec);
     many_rows: at MANY_ROWS_PER_SM rows per SM or more."""
-    rows = 2 * MANY_ROWS_PER_SM if many_rows else 1
-    tiling = fast_tiling(width, k, pdl=True, rows=rows, sms=2)
-    label = (f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else ""))
+    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
