@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
@@ -175,8 +175,12 @@ def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, 
     rel = gl.maximum(_scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
     k1, k2 = _fold_bytes_ptx(codes, _table_byte(rel))
     acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
-    acc = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qop1.permute((1, 0)), acc)
-    acc = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qop2.permute((1, 0)), acc)
+    a1 = k1.to(gl.float8e4nv, bitcast=True)
+    a2 = k2.to(gl.float8e4nv, bitcast=True)
+    # both MMAs in one asynchronous chain, one wait (ptxas keeps the A registers until it)
+    acc = warpgroup_mma(a1, qop1.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(a2, qop2.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
     k_nan = sk_max == E8M0_NAN
     factor = _e8m0_to_f32(sk_max) * c_factor      # 2^(sk_max + c - 266), exactly (or 0, inf); NaN for 255
     wide = (~k_nan & (sk_max - sk_min > FOLD_SPAN)).to(gl.int32)
