@@ -37,7 +37,7 @@ def _load_form(path: str, i: int):
 
 
 def _use(form) -> None:
-    """The registry's MXFP4 Gluon variant launching `form` (None: the tree's module)."""
+    """The registry's MXFP4 Gluon variant replaced by the record `form` (the tree's own record restores it)."""
     variants.REGISTRY[Op.DECODE] = tuple(form if v.name == NAME else v for v in variants.REGISTRY[Op.DECODE])
 
 

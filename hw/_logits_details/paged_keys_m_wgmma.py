@@ -177,7 +177,8 @@ def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, 
     acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
     a1 = k1.to(gl.float8e4nv, bitcast=True)
     a2 = k2.to(gl.float8e4nv, bitcast=True)
-    # both MMAs in one asynchronous chain, one wait (ptxas keeps the A registers until it)
+    # both MMAs in one asynchronous chain, one wait. Its deps name only acc (Triton's wait takes no 8-bit values):
+    # a1 and a2 are PTX registers that nothing redefines, and ptxas keeps them until the wait
     acc = warpgroup_mma(a1, qop1.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma(a2, qop2.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
