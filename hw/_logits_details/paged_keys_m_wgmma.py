@@ -199,10 +199,11 @@ def _score_tile(codes, sw, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fol
 
 
 @gluon.jit
-def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma: gl.constexpr, G: gl.constexpr,
+def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, mma: gl.constexpr, G: gl.constexpr,
                 NH: gl.constexpr, C: gl.constexpr):
     """The exact pass of one tile (paged_keys_m's _mx_exact_scores, blocks selected in the key operand): fp32
-    [KEYS, NH] head terms."""
+    [KEYS, NH] head terms. The scales of padding columns (not col_ok) are not read: their q rows are 0 and their
+    scale 1, so their terms are 0."""
     d8 = _table_byte(gl.full([KEYS, C], EXACT_REL, gl.int32, layout=codes.type.layout))
     acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
     for g in range(0, G):           # not unrolled: the rare path keeps registers low
@@ -211,7 +212,7 @@ def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma: gl.constexpr
         part = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qe1.permute((1, 0)), part)
         part = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qe2.permute((1, 0)), part)
         k_scale = gl.convert_layout(_e8m0_to_f32(_scale_byte(sw, g)), gl.SliceLayout(1, mma))
-        q_scale = _e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g).to(gl.int32))
+        q_scale = _e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE).to(gl.int32))
         # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
         acc += (part * EXACT_RESCALE) * (k_scale[:, None] * q_scale[None, :])
     return _relu_terms(acc, w)
@@ -335,7 +336,7 @@ def paged_keys_m_wgmma_kernel(
                     sk_max, sk_min = _scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
-                    terms = _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, w, mma, G, NH, C)
+                    terms = _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, mma, G, NH, C)
                     # keys not redone keep the fold loop's logits (a bad page's: NaN)
                     tok = (first + i) * KEYS + tok_o
                     _store_logits(out_ptr, terms, 1.0, gl.where(redo, tok, INT32_MAX), b, col_n, vis_col, stride_out_r,

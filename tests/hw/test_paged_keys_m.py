@@ -85,6 +85,11 @@ CASES = [
     Case("mxfp4", 128, 64, 4, 1, (100, 64), 80, 2, wide_query=True),           # max_context_len clips; wide query
     Case("mxfp4", 64, 32, 2, 3, (40, 7), 48, 2, nan_query=True),               # next_n 3 (a padded n); NaN query
     Case("mxfp4", 64, 32, 128, 1, (33, 5), 40, 2),                             # H 128
+    # padding query columns in the exact pass: padded heads (64 columns) beside wide keys; 128 columns of padded
+    # heads with a wide query, of 4 tokens (one padded) with a NaN query row and a wide key
+    Case("mxfp4", 128, 64, 20, 2, (130, 70), 160, 3, spans=(((0, 66), 14), ((1, 3), 20))),
+    Case("mxfp4", 128, 64, 100, 1, (70,), 80, 2, wide_query=True),
+    Case("mxfp4", 64, 32, 24, 3, (40, 7), 48, 2, nan_query=True, spans=(((1, 2), 16),)),
     Case("fp8", 64, 16, 128, 1, (20,), 24, 2),
     Case("mxfp4", 256, 32, 2, 1, (40, 3), 48, 2, spans=(((0, 7), 25),)),      # D 256
     Case("fp8", 256, 32, 2, 2, (40,), 48, 2),
