@@ -25,14 +25,17 @@ Tiles are 64 keys (one wgmma M) of one sequence, any page size: each key finds i
 tile when a page holds whole tiles) and rebases in 64 bits. A program scores TILES consecutive tiles in groups of 4
 (2 when TILES is 2): a group's loads are all issued before its first tile is scored. The exact pass runs after the
 loop, as in the `tl` kernel, with the other blocks of the key operand zeroed per block (the operand registers of a
-column belong to one block), so one block's 32 products per pair of wgmma. The launch caps the registers (MAXNREG)
-at 4 programs per SM, and grid_choice sizes the programs for that many slots.
+column belong to one block), so one block's 32 products per pair of wgmma. The launch caps the registers
+(maxnreg(): 4 programs per SM up to 64 query columns, 3 at 128), and grid_choice sizes the programs for that many
+slots. More than MMA_COLUMNS = 64 query columns are scored in two halves of 64 (one wgmma N each), one after the
+other, so that one half's head terms are live at a time; a token whose columns span both halves (H_PAD = 128) sums
+them before its store, otherwise each half stores its own tokens.
 
 Coverage (covers()): sm_90 devices, D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills) in the planar
 layout and D 128 in the tiled one (a thread's C/4 code bytes of a key are one 16-byte block there too, so they
-load as one vector; the scale bytes load one by one), N_PAD * H_PAD <= 64 query columns.
-Elsewhere the variant launches the `tl` fold kernel. Gluon has no interpreter: the kernel is checked by
-cross-compilation on the CPU and by the GPU tests.
+load as one vector; the scale bytes load one by one), N_PAD * H_PAD <= 128 query columns. The variant launches
+this kernel where it covers the call and, at 128 columns, the grid is long (takes_grid); elsewhere the `tl` fold.
+Gluon has no interpreter: the kernel is checked by cross-compilation on the CPU and by the GPU tests.
 """
 from __future__ import annotations
 
@@ -77,12 +80,18 @@ from .paged_keys_m import (
 KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
 NUM_WARPS = 4                       # one warpgroup
 HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each operand, a multiple of 32
-#: N_PAD * H_PAD: the exact pass holds two fp32 [64, N_PAD * H_PAD] tiles, which spill at 128 query columns
-MAX_QUERY_COLUMNS = 64
+MAX_QUERY_COLUMNS = 128            # N_PAD * H_PAD
+MMA_COLUMNS = gl.constexpr(64)      # query columns of one MMA: 128 are scored in two halves, one after the other
 CAPABILITY = (9, 0)                 # wgmma
 #: the register cap, 4 programs per SM: with a group of 4 tiles' codes in flight the fold loop fits in it at up to
 #: 64 query columns but for a few stack words (one reload per group); the rare exact pass spills at 64
 MAXNREG = 128
+#: ... and at 128 query columns (two halves), 3 programs per SM: under 128 registers the fold loop would reload 33
+#: stack words a group (triton 3.9), under 168 it reloads none (3.9) or 16 (3.6)
+WIDE_MAXNREG = 168
+#: ... where the grid holds at least this many 64-key tiles per resident program; shorter grids at 128 columns go to
+#: the `tl` fold, which takes less time there (docs/perf/h200-decode-ablation.md, 128 query columns)
+WIDE_MIN_TILES_PER_SLOT = 8
 REGISTERS_PER_SM = 65536            # sm_90
 #: 64-key tiles per program: 2 (scored as a pair) or a multiple of 4 (in groups of 4) up to MAX_TILES
 TILE_RANGE = (2,) + tuple(range(4, MAX_TILES.value + 1, 4))
@@ -146,17 +155,18 @@ def key_layout(head_dim: int) -> gl.DistributedLinearLayout:
 
 @gluon.jit
 def _store_logits(out_ptr, contrib, factor, tok, b, col_n, vis_col, stride_out_r, N: gl.constexpr,
-                  N_PAD: gl.constexpr):
-    """out[b*N + n, tok] = factor * sum of the tile's fp32 [KEYS, N_PAD * H_PAD] head terms `contrib` over the
-    columns of n, for tok < visible(b, n)."""
-    for n in gl.static_range(N):
-        if N_PAD == 1:
-            logit = gl.sum(contrib, axis=1)
-            limit = gl.max(vis_col, axis=0)
-        else:
-            logit = gl.sum(gl.where(col_n[None, :] == n, contrib, 0.0), axis=1)
-            limit = gl.max(gl.where(col_n == n, vis_col, 0), axis=0)
-        gl.store(out_ptr + (b * N + n) * stride_out_r + tok, logit * factor, mask=tok < limit)
+                  N_PAD: gl.constexpr, N_FIRST: gl.constexpr, N_END: gl.constexpr):
+    """out[b*N + n, tok] = factor * sum of the fp32 [KEYS, columns] head terms `contrib` over the columns of n, for
+    tok < visible(b, n), for the tokens N_FIRST <= n < min(N_END, N) whose columns all lie in contrib."""
+    for n in gl.static_range(N_FIRST, N_END):
+        if n < N:
+            if N_PAD == 1:
+                logit = gl.sum(contrib, axis=1)
+                limit = gl.max(vis_col, axis=0)
+            else:
+                logit = gl.sum(gl.where(col_n[None, :] == n, contrib, 0.0), axis=1)
+                limit = gl.max(gl.where(col_n == n, vis_col, 0), axis=0)
+            gl.store(out_ptr + (b * N + n) * stride_out_r + tok, logit * factor, mask=tok < limit)
 
 
 @gluon.jit
@@ -166,51 +176,112 @@ def _relu_terms(acc, w):
 
 
 @gluon.jit
-def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr):
-    """The fold path of one tile: (fp32 [KEYS, NH] head terms, key factor 2^(skmax + c - 266) or NaN [KEYS] in the
-    MMA's row layout, int32 [KEYS] 1 where the key's block scales are wide). c_factor: 2^(c - 139), so that the
-    product of two powers of two is the factor (exact: a power of two at or above 2^-149 is representable, and
-    the ones below round to 0 as _exp2_int's)."""
+def _q_half(qop, half: gl.constexpr, MN: gl.constexpr, SPLITS: gl.constexpr):
+    """The MMA's B operand for the query columns of `half`: [C, MN] (the whole operand when SPLITS == 1)."""
+    if SPLITS == 1:
+        return qop.permute((1, 0))
+    else:
+        return qop.slice(half * MN, MN).permute((1, 0))
+
+
+@gluon.jit
+def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, G: gl.constexpr,
+               SPLITS: gl.constexpr):
+    """The fold path of one tile: (fp8 key operands a1, a2, fp32 [KEYS, MN] head terms of the first MN query columns,
+    key factor 2^(skmax + c - 266) or NaN [KEYS] in the MMA's row layout, int32 [KEYS] 1 where the key's block scales
+    are wide). c_factor: 2^(c - 139), so that the product of two powers of two is the factor (exact: a power of two
+    at or above 2^-149 is representable, and the ones below round to 0 as _exp2_int's)."""
+    MN: gl.constexpr = w_fold.shape[0]
     sk_max, sk_min = _scale_max_min(sw, G)
     rel = gl.maximum(_scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
     k1, k2 = _fold_bytes_ptx(codes, _table_byte(rel))
-    acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
+    acc = gl.zeros([KEYS, MN], gl.float32, layout=mma)
     a1 = k1.to(gl.float8e4nv, bitcast=True)
     a2 = k2.to(gl.float8e4nv, bitcast=True)
     # both MMAs in one asynchronous chain, one wait. Its deps name only acc (Triton's wait takes no 8-bit values):
     # a1 and a2 are PTX registers that nothing redefines, and ptxas keeps them until the wait
-    acc = warpgroup_mma(a1, qop1.permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma(a2, qop2.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(a1, _q_half(qop1, 0, MN, SPLITS), acc, is_async=True)
+    acc = warpgroup_mma(a2, _q_half(qop2, 0, MN, SPLITS), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     k_nan = sk_max == E8M0_NAN
     factor = _e8m0_to_f32(sk_max) * c_factor      # 2^(sk_max + c - 266), exactly (or 0, inf); NaN for 255
     wide = (~k_nan & (sk_max - sk_min > FOLD_SPAN)).to(gl.int32)
-    return _relu_terms(acc, w_fold), gl.convert_layout(factor, gl.SliceLayout(1, mma)), wide
+    return a1, a2, _relu_terms(acc, w_fold), gl.convert_layout(factor, gl.SliceLayout(1, mma)), wide
 
 
 @gluon.jit
-def _score_tile(codes, sw, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr, tok_o, b, col_n, vis_col,
-                stride_out_r, mma: gl.constexpr, G: gl.constexpr, NH: gl.constexpr, N: gl.constexpr,
-                N_PAD: gl.constexpr):
-    """Tile first + i of the fold loop: its logits stored; returns wide_keys with bit i set for its wide keys."""
-    terms, factor, wide = _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma, G, NH)
-    _store_logits(out_ptr, terms, factor, (first + i) * KEYS + tok_o, b, col_n, vis_col, stride_out_r, N, N_PAD)
+def _second_half(a1, a2, qop1, qop2, w, mma: gl.constexpr):
+    """fp32 [KEYS, MN] fold-path head terms of the query columns MN .. 2 MN - 1 (MN: w's width) from the key
+    operands of _fold_tile."""
+    MN: gl.constexpr = w.shape[0]
+    acc = gl.zeros([KEYS, MN], gl.float32, layout=mma)
+    acc = warpgroup_mma(a1, _q_half(qop1, 1, MN, 2), acc, is_async=True)
+    acc = warpgroup_mma(a2, _q_half(qop2, 1, MN, 2), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    return _relu_terms(acc, w)
+
+
+@gluon.jit
+def _terms(x1, x2, sw, blk, qop1, qop2, q_s_ptr, q_col_s, col_ok, w, mma: gl.constexpr, G: gl.constexpr,
+           EXACT: gl.constexpr):
+    """The head terms of the second half's query columns: the fold path's of the key operands x1, x2, or (EXACT)
+    the exact pass's of the codes x1 (x2 unused) against its query operands qop1, qop2."""
+    if EXACT:
+        return _exact_half(x1, sw, blk, qop1, qop2, q_s_ptr, q_col_s, col_ok, w, 1, mma, G, 2)
+    else:
+        return _second_half(x1, x2, qop1, qop2, w, mma)
+
+
+@gluon.jit
+def _store_halves(out_ptr, t0, x1, x2, sw, blk, qop1, qop2, q_s_ptr, q_col_s1, col_ok1, w1, factor, tok, b, col_n0,
+                  col_n1, vis0, vis1, stride_out_r, mma: gl.constexpr, G: gl.constexpr, N: gl.constexpr,
+                  N_PAD: gl.constexpr, H_PAD: gl.constexpr, SPLITS: gl.constexpr, EXACT: gl.constexpr):
+    """A tile's logits from t0, the head terms of its first MN query columns, and (SPLITS == 2) _terms of the second
+    MN (its arguments; col_n0 / vis0 and col_n1 / vis1: the halves' tokens and visible lengths). A token whose
+    columns span both halves (N_PAD == 1, H_PAD = 2 MN) sums them before its store; otherwise each half stores its
+    own tokens, so that one half's terms are live at a time."""
+    MN: gl.constexpr = t0.shape[1]
+    NPH: gl.constexpr = MN // H_PAD if MN >= H_PAD else 1      # tokens a half holds
+    if SPLITS == 1:
+        _store_logits(out_ptr, t0, factor, tok, b, col_n0, vis0, stride_out_r, N, N_PAD, 0, N_PAD)
+    elif N_PAD == 1:
+        row = gl.sum(t0, axis=1)
+        row += gl.sum(_terms(x1, x2, sw, blk, qop1, qop2, q_s_ptr, q_col_s1, col_ok1, w1, mma, G, EXACT), axis=1)
+        gl.store(out_ptr + b * stride_out_r + tok, row * factor, mask=tok < gl.max(vis0, axis=0))
+    else:
+        _store_logits(out_ptr, t0, factor, tok, b, col_n0, vis0, stride_out_r, N, N_PAD, 0, NPH)
+        t1 = _terms(x1, x2, sw, blk, qop1, qop2, q_s_ptr, q_col_s1, col_ok1, w1, mma, G, EXACT)
+        _store_logits(out_ptr, t1, factor, tok, b, col_n1, vis1, stride_out_r, N, N_PAD, NPH, 2 * NPH)
+
+
+@gluon.jit
+def _score_tile(codes, sw, first, i, wide_keys, blk, c_factor, qop1, qop2, cols, out_ptr, tok_o, b, stride_out_r,
+                mma: gl.constexpr, G: gl.constexpr, N: gl.constexpr, N_PAD: gl.constexpr, H_PAD: gl.constexpr,
+                SPLITS: gl.constexpr):
+    """Tile first + i of the fold loop: its logits stored; returns wide_keys with bit i set for its wide keys.
+    cols: the halves' (w_fold0, w_fold1, col_n0, col_n1, vis0, vis1)."""
+    a1, a2, t0, factor, wide = _fold_tile(codes, sw, blk, c_factor, qop1, qop2, cols[0], mma, G, SPLITS)
+    _store_halves(out_ptr, t0, a1, a2, sw, blk, qop1, qop2, out_ptr, 0, False, cols[1], factor,
+                  (first + i) * KEYS + tok_o, b, cols[2], cols[3], cols[4], cols[5], stride_out_r, mma, G, N, N_PAD,
+                  H_PAD, SPLITS, False)
     return wide_keys | (wide << i)
 
 
 @gluon.jit
-def _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, mma: gl.constexpr, G: gl.constexpr,
-                NH: gl.constexpr, C: gl.constexpr):
+def _exact_half(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, half: gl.constexpr, mma: gl.constexpr,
+                G: gl.constexpr, SPLITS: gl.constexpr):
     """The exact pass of one tile (paged_keys_m's _mx_exact_scores, blocks selected in the key operand): fp32
-    [KEYS, NH] head terms. The scales of padding columns (not col_ok) are not read: their q rows are 0 and their
-    scale 1, so their terms are 0."""
+    [KEYS, MN] head terms of the query columns of `half` (q_col_s, col_ok, w: theirs; a padding column's scales
+    are not read, and its q rows are 0)."""
+    MN: gl.constexpr = w.shape[0]
+    C: gl.constexpr = codes.shape[1]
     d8 = _table_byte(gl.full([KEYS, C], EXACT_REL, gl.int32, layout=codes.type.layout))
-    acc = gl.zeros([KEYS, NH], gl.float32, layout=mma)
+    acc = gl.zeros([KEYS, MN], gl.float32, layout=mma)
     for g in range(0, G):           # not unrolled: the rare path keeps registers low
         k1, k2 = _fold_bytes_ptx(gl.where(blk[None, :] == g, codes, 0), d8)      # code 0 folds to +0
-        part = gl.zeros([KEYS, NH], gl.float32, layout=mma)
-        part = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), qe1.permute((1, 0)), part)
-        part = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), qe2.permute((1, 0)), part)
+        part = gl.zeros([KEYS, MN], gl.float32, layout=mma)
+        part = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), _q_half(qe1, half, MN, SPLITS), part)
+        part = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), _q_half(qe2, half, MN, SPLITS), part)
         k_scale = gl.convert_layout(_e8m0_to_f32(_scale_byte(sw, g)), gl.SliceLayout(1, mma))
         q_scale = _e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE).to(gl.int32))
         # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
@@ -235,6 +306,32 @@ def _query_operand(codes, rel, layout: gl.constexpr):
 
 
 @gluon.jit
+def _half_columns(ctx_ptr, w_ptr, b, stride_ctx_b, stride_w_r, stride_qs_b, stride_qs_n, stride_qs_h, cap,
+                  half: gl.constexpr, MN: gl.constexpr, COL: gl.constexpr, N: gl.constexpr, H: gl.constexpr,
+                  H_PAD: gl.constexpr, CTX_2D: gl.constexpr):
+    """The query columns half * MN .. (half + 1) * MN - 1 in COL: (token n, real (not padding), visible length,
+    weight, offset of the row's scales in q_s)."""
+    col = gl.arange(0, MN, layout=COL) + half * MN
+    col_n = col // H_PAD
+    col_ok = (col_n < N) & (col % H_PAD < H)
+    vis = _visible(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
+    w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
+                eviction_policy=KEEP_IN_L2)
+    return col_n, col_ok, vis, w, b * stride_qs_b + col_n * stride_qs_n + (col % H_PAD) * stride_qs_h
+
+
+@gluon.jit
+def _fold_weights(q_s_ptr, q_col_s, col_ok, w, c, G: gl.constexpr):
+    """The fold path's weights w * 2^(sqmax - c) of query columns (NaN where the row's largest block scale is
+    E8M0 255), from the rows' scales at q_col_s (_half_columns)."""
+    sq_max = gl.load(q_s_ptr + q_col_s, mask=col_ok, other=E8M0_ONE, eviction_policy=KEEP_IN_L2).to(gl.int32)
+    for g in gl.static_range(1, G):
+        sq_max = gl.maximum(sq_max, gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE,
+                                            eviction_policy=KEEP_IN_L2).to(gl.int32))
+    return gl.where(sq_max == E8M0_NAN, float("nan"), w * _exp2_int(sq_max - c))
+
+
+@gluon.jit
 def paged_keys_m_wgmma_kernel(
     q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr, flag_ptr,
     cap, page_stride, max_pages, num_cache_pages,
@@ -251,9 +348,12 @@ def paged_keys_m_wgmma_kernel(
     gl.static_assert(TILES <= MAX_TILES)
     gl.static_assert(D % (2 * 32) == 0, "each operand's K = D/2 must be a multiple of the FP8 wgmma's 32")
     NH: gl.constexpr = N_PAD * H_PAD
+    MN: gl.constexpr = NH if NH < MMA_COLUMNS else MMA_COLUMNS  # query columns per MMA (its N)
+    SPLITS: gl.constexpr = NH // MN                             # 1, or 2 halves of MN
+    gl.static_assert(SPLITS <= 2, "at most two MMA column halves")
     C: gl.constexpr = D // 2
     G: gl.constexpr = D // MX_BLOCK
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NH, 32])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, MN, 32])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
     QC: gl.constexpr = C // 4 if C // 4 < 32 else 32           # threads along a query row's bytes
     QL: gl.constexpr = gl.BlockedLayout([1, 4], [32 // QC, QC], [4, 1], [1, 0])
@@ -263,13 +363,16 @@ def paged_keys_m_wgmma_kernel(
     grid_dependency_sync(PDL)
     b = gl.program_id(0).to(gl.int64)
     chunk = gl.program_id(1)
-    col = gl.arange(0, NH, layout=COL)                          # query column: (n, h) = (col // H_PAD, col % H_PAD)
-    col_n = col // H_PAD
-    col_ok = (col_n < N) & (col % H_PAD < H)
-    vis_col = _visible(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
-    # the query's loads go out beside the context length's, before the branch that needs it
-    w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
-                eviction_policy=KEEP_IN_L2)
+    # the query columns of each half: (n, h) = (col // H_PAD, col % H_PAD); the query's loads go out beside the
+    # context lengths', before the branch that needs them
+    col_n0, col_ok0, vis0, w0, q_col_s0 = _half_columns(ctx_ptr, w_ptr, b, stride_ctx_b, stride_w_r, stride_qs_b,
+                                                         stride_qs_n, stride_qs_h, cap, 0, MN, COL, N, H, H_PAD,
+                                                         CTX_2D)
+    col_n1, col_ok1, vis1, w1, q_col_s1 = col_n0, col_ok0, vis0, w0, q_col_s0
+    if SPLITS == 2:
+        col_n1, col_ok1, vis1, w1, q_col_s1 = _half_columns(ctx_ptr, w_ptr, b, stride_ctx_b, stride_w_r, stride_qs_b,
+                                                             stride_qs_n, stride_qs_h, cap, 1, MN, COL, N, H, H_PAD,
+                                                             CTX_2D)
     qr = gl.arange(0, NH, layout=gl.SliceLayout(1, QL))         # the query rows in QL: bytes in the K order
     qk = _kperm(gl.arange(0, C, layout=gl.SliceLayout(0, QL)), C)
     q_ok = (qr // H_PAD < N) & (qr % H_PAD < H)
@@ -278,20 +381,25 @@ def paged_keys_m_wgmma_kernel(
     q_codes = _query_codes(q_v_ptr, q_row_v, q_ok, qk)
     qs = gl.load(q_s_ptr + q_row_s[:, None] + (qk // TILE_BYTES)[None, :], mask=q_ok[:, None], other=E8M0_ONE,
                  eviction_policy=KEEP_IN_L2).to(gl.int32)              # each byte's block scale
-    vis_max = gl.max(vis_col, axis=0)
+    vis_max = gl.maximum(gl.max(vis0, axis=0), gl.max(vis1, axis=0))
     first = chunk * TILES
     num_tiles = gl.minimum(gl.cdiv(vis_max, KEYS) - first, TILES)
     if num_tiles > 0:
         num_pages = vis_max // P + (vis_max % P != 0).to(gl.int32)
         bt_row = bt_ptr + b * stride_bt_b
-        q_col_s = b * stride_qs_b + col_n * stride_qs_n + (col % H_PAD) * stride_qs_h
         sq_max = gl.max(qs, axis=1)
         q_nan = sq_max == E8M0_NAN
         q_wide = gl.max((q_ok & ~q_nan & (sq_max - gl.min(qs, axis=1) > FOLD_SPAN)).to(gl.int32), axis=0) > 0
         c = gl.max(gl.where(q_ok & ~q_nan, sq_max, 0), axis=0)
         c_factor = _exp2_int(c + 127 - FOLD_KEY_BIAS)
-        sq_max_col = gl.convert_layout(sq_max, COL)
-        w_fold = gl.where(sq_max_col == E8M0_NAN, float("nan"), w * _exp2_int(sq_max_col - c))
+        if SPLITS == 1:     # the query rows' largest scales, moved to the columns
+            sq_max_col = gl.convert_layout(sq_max, COL)
+            w_fold0 = gl.where(sq_max_col == E8M0_NAN, float("nan"), w0 * _exp2_int(sq_max_col - c))
+            w_fold1 = w_fold0
+        else:               # MN of the NH rows per half: loaded again per column
+            w_fold0 = _fold_weights(q_s_ptr, q_col_s0, col_ok0, w0, c, G)
+            w_fold1 = _fold_weights(q_s_ptr, q_col_s1, col_ok1, w1, c, G)
+        cols = (w_fold0, w_fold1, col_n0, col_n1, vis0, vis1)
         qop1, qop2 = _query_operand(q_codes, gl.maximum(qs - sq_max[:, None], -FOLD_SPAN), QS)
 
         rows = gl.arange(0, KEYS, layout=gl.SliceLayout(1, KL))
@@ -313,15 +421,15 @@ def paged_keys_m_wgmma_kernel(
                                              num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
                 codes3, sw3, met = _key_tile(cache_ptr, bt_row, first + i + 3, rows, byte, num_pages, max_pages,
                                              num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
-            wide_keys = _score_tile(codes0, sw0, first, i, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
-                                    tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
-            wide_keys = _score_tile(codes1, sw1, first, i + 1, wide_keys, blk, c_factor, qop1, qop2, w_fold, out_ptr,
-                                    tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
+            wide_keys = _score_tile(codes0, sw0, first, i, wide_keys, blk, c_factor, qop1, qop2, cols, out_ptr,
+                                    tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
+            wide_keys = _score_tile(codes1, sw1, first, i + 1, wide_keys, blk, c_factor, qop1, qop2, cols, out_ptr,
+                                    tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
             if GROUP == 4:
-                wide_keys = _score_tile(codes2, sw2, first, i + 2, wide_keys, blk, c_factor, qop1, qop2, w_fold,
-                                        out_ptr, tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
-                wide_keys = _score_tile(codes3, sw3, first, i + 3, wide_keys, blk, c_factor, qop1, qop2, w_fold,
-                                        out_ptr, tok_o, b, col_n, vis_col, stride_out_r, mma, G, NH, N, N_PAD)
+                wide_keys = _score_tile(codes2, sw2, first, i + 2, wide_keys, blk, c_factor, qop1, qop2, cols,
+                                        out_ptr, tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
+                wide_keys = _score_tile(codes3, sw3, first, i + 3, wide_keys, blk, c_factor, qop1, qop2, cols,
+                                        out_ptr, tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
         wide_tiles = gl.reduce(wide_keys, 0, _bit_or)
 
         # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one
@@ -336,11 +444,12 @@ def paged_keys_m_wgmma_kernel(
                     sk_max, sk_min = _scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
-                    terms = _exact_tile(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, mma, G, NH, C)
                     # keys not redone keep the fold loop's logits (a bad page's: NaN)
-                    tok = (first + i) * KEYS + tok_o
-                    _store_logits(out_ptr, terms, 1.0, gl.where(redo, tok, INT32_MAX), b, col_n, vis_col, stride_out_r,
-                                  N, N_PAD)
+                    tok = gl.where(redo, (first + i) * KEYS + tok_o, INT32_MAX)
+                    t0 = _exact_half(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s0, col_ok0, w0, 0, mma, G, SPLITS)
+                    _store_halves(out_ptr, t0, codes, codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s1, col_ok1, w1, 1.0,
+                                  tok, b, col_n0, col_n1, vis0, vis1, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS,
+                                  True)
         if HAS_FLAG:
             _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 
@@ -374,20 +483,25 @@ def _padded(next_n: int, num_heads: int) -> tuple[int, int]:
     return s.n_pad, s.h_pad
 
 
+def maxnreg(query_columns: int) -> int:
+    """The register cap of a launch with N_PAD * H_PAD = query_columns."""
+    return MAXNREG if query_columns <= MMA_COLUMNS.value else WIDE_MAXNREG
+
+
 def programs_per_sm(maxnreg: int) -> int:
     """Resident programs per sm_90 SM at a register cap (registers bound them; shared memory is a few KB)."""
     return REGISTERS_PER_SM // (maxnreg * 32 * NUM_WARPS)
 
 
 @functools.lru_cache(maxsize=None)
-def grid_choice(batch: int, tiles_per_row: int, sms: int) -> int:
+def grid_choice(batch: int, tiles_per_row: int, sms: int, cap: int = MAXNREG) -> int:
     """Tiles per program of a launch, from a model of its time in tile rounds of one resident slot (slots = SMs x
     programs_per_sm): a grid of one wave takes one program's time, tiles + PROGRAM_OVERHEAD_TILES; a longer one
     spreads all tiles and overheads over the slots, (tiles of all rows + programs x overhead) / slots. Grids of one
     to two waves are left out (their second wave runs on a few SMs), unless every choice is one. The least time
     wins, a tie to the fewer programs. Fitted to sweeps of 7 shapes on the H200 and checked on 8
     (docs/perf/h200-decode-ablation.md, the MXFP4 scorer's grid)."""
-    slots = programs_per_sm(MAXNREG) * sms
+    slots = programs_per_sm(cap) * sms
 
     def programs(t):
         return batch * triton.cdiv(tiles_per_row, t)
@@ -400,17 +514,39 @@ def grid_choice(batch: int, tiles_per_row: int, sms: int) -> int:
     return min(allowed, key=lambda t: (time(t), programs(t)))
 
 
-def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The settings of `call`; a call of shapes only (no tensors) gets those of the `mxidx bench` shape on 132
-    SMs."""
+def gluon_settings(call: DecodeCall) -> WgmmaSettings:
+    """This kernel's settings for `call` (which covers() takes); a call of shapes only (no tensors) gets those of
+    the `mxidx bench` shape on 132 SMs."""
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
     out = getattr(call, "out", None)
-    if out is not None and not covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
-        grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
-        return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
-            Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
     batch, cap, sms = (64, 8192, 132) if out is None else (call.q_v.shape[0], call.cap, sm_count(out.device))
-    return WgmmaSettings(n_pad, h_pad, grid_choice(batch, triton.cdiv(cap, KEYS.value), sms), True, MAXNREG)
+    regs = maxnreg(n_pad * h_pad)
+    return WgmmaSettings(n_pad, h_pad, grid_choice(batch, triton.cdiv(cap, KEYS.value), sms, regs), True, regs)
+
+
+def takes_grid(batch: int, cap: int, query_columns: int, sms: int) -> bool:
+    """Whether the variant runs a launch this kernel covers here rather than in the `tl` fold: always up to
+    MMA_COLUMNS query columns; at more where the grid holds at least WIDE_MIN_TILES_PER_SLOT 64-key tiles per
+    resident program."""
+    regs = maxnreg(query_columns)
+    return regs == MAXNREG or (batch * triton.cdiv(cap, KEYS.value)
+                               >= WIDE_MIN_TILES_PER_SLOT * programs_per_sm(regs) * sms)
+
+
+def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
+    """The variant's settings for `call`: gluon_settings where this kernel covers the call and takes_grid, else
+    the `tl` fold kernel's (`fallback`). A call of shapes only: gluon_settings'."""
+    out = getattr(call, "out", None)
+    if out is None:
+        return gluon_settings(call)
+    if covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
+        s = gluon_settings(call)
+        if takes_grid(call.q_v.shape[0], call.cap, s.n_pad * s.h_pad, sm_count(out.device)):
+            return s
+    n_pad, h_pad = _padded(call.next_n, call.num_heads)
+    grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
+    return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
+        Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
 
 
 def launch(c: DecodeCall, s: WgmmaSettings) -> None:
@@ -458,17 +594,20 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
                     "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
                     "TILED": tiled},
-        num_warps=NUM_WARPS, maxnreg=MAXNREG, aligned=base.aligned, targets=("sm90",),
+        num_warps=NUM_WARPS, maxnreg=maxnreg(n_pad * h_pad), aligned=base.aligned, targets=("sm90",),
         scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep up to four words of the fold loop on "
                    "the stack (one reload per group of tiles), and at 64 query columns the exact pass and the query "
-                   "state spill outside the loop")
+                   "state spill outside the loop; at 128 (WIDE_MAXNREG, 3 programs per SM) the fold loop keeps none "
+                   "(3.9) or 16 words (3.6) there, the query fold and the exact pass more")
 
 
 #: (D, P, next_n, H, options): the serving shape in groups of 4, in pairs, on tiled pages (and with the error flag
-#: and 2-D context lengths), H 64, a small page with next_n 2, D 64, a large page with 64 query columns
+#: and 2-D context lengths), H 64, a small page with next_n 2, D 64, a large page with 64 query columns, and 128
+#: query columns (two halves) as next_n 2 x H 64 and as H 128
 ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"tiles": 2}), (128, 64, 1, 32, {"tiled": True}),
               (128, 64, 1, 32, {"error_flag": True, "ctx_2d": True}),
-              (128, 64, 1, 64, {}), (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}))
+              (128, 64, 1, 64, {}), (128, 16, 2, 16, {}), (64, 64, 1, 32, {}), (128, 256, 2, 32, {}),
+              (128, 64, 2, 64, {}), (128, 64, 1, 128, {}))
 
 VARIANT = Variant(
     name="mxfp4_keys_m_wgmma", op=Op.DECODE, kv_dtype="mxfp4", targets=frozenset({Target.NVIDIA}),

@@ -10,6 +10,7 @@ than the fold's exact range, which the kernel must score through its exact fallb
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -128,8 +129,7 @@ def launch(path: str | None, q_v, q_s, kv_cache, weights, ctx, block_table, out,
                       page_stride=shapes["page_stride"], tiled=shapes["tiled"], next_n=shapes["next_n"],
                       num_heads=shapes["num_heads"], head_dim=shapes["head_dim"], cap=shapes["cap"],
                       num_cache_pages=shapes["num_cache_pages"])
-    settings = wgmma.wgmma_settings(call)
-    assert settings.fallback is None
+    settings = wgmma.gluon_settings(call)
     if tokens_per_program is not None:
         tiles = -(-tokens_per_program // wgmma.KEYS.value)
         settings = dataclasses.replace(settings, tiles=max(wgmma.MIN_TILES, tiles + tiles % 2))
@@ -634,8 +634,9 @@ def test_launcher_rejects_unknown_names():
 
 def test_wgmma_kernel_cross_compiles():
     """Under the installed triton the Gluon kernel compiles for sm_90 at every shape it reports (`mxidx isa`,
-    the error flag and 2-D context lengths included): FP8 wgmma of N = N_PAD * H_PAD, no failed claims (a stack
-    frame only with the spec's reason), the programs per SM grid_choice counts."""
+    the error flag and 2-D context lengths included): FP8 wgmma of N = N_PAD * H_PAD (two halves of 64 at 128
+    columns), no failed claims (a stack frame only with the spec's reason), the programs per SM grid_choice counts
+    at the launch's register cap (4 up to 64 columns, 3 at 128)."""
     from tools import isa
 
     kernels, missing = isa.report("sm90", kernel="paged_keys_m_wgmma")
@@ -644,8 +645,21 @@ def test_wgmma_kernel_cross_compiles():
             wgmma.ISA_SHAPES, key=lambda s: wgmma.isa_spec(*s[:4], **s[4]).label)):
         columns = triton.next_power_of_2(next_n) * max(triton.next_power_of_2(heads), 16 // next_n)
         assert not k.failures, k
-        assert [op for op, _ in k.matrix_ops] == [f"wgmma.mma_async.sync.aligned.m64n{columns}k32.f32.e4m3.e4m3"], k
-        assert k.occupancy // k.num_warps == wgmma.programs_per_sm(wgmma.MAXNREG), k     # grid_choice's slots
+        n = min(columns, wgmma.MMA_COLUMNS.value)
+        assert [op for op, _ in k.matrix_ops] == [f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"], k
+        assert k.occupancy // k.num_warps == wgmma.programs_per_sm(wgmma.maxnreg(columns)) == (
+            4 if columns <= 64 else 3), k     # grid_choice's slots
+
+
+def test_wgmma_takes_wide_grids_only_when_long():
+    """Up to 64 query columns the Gluon kernel takes every grid it covers; at 128 only grids of at least
+    WIDE_MIN_TILES_PER_SLOT tiles per resident program (3 per SM at WIDE_MAXNREG): on 132 SMs, 8 x 32768 keys
+    (4096 tiles) and more, not 16 x 8192 (2048) nor 1 x 32768 (512)."""
+    assert wgmma.takes_grid(1, 64, 32, 132) and wgmma.takes_grid(1, 64, 64, 132)
+    assert wgmma.takes_grid(8, 32768, 128, 132) and wgmma.takes_grid(64, 8192, 128, 132)
+    assert not wgmma.takes_grid(16, 8192, 128, 132) and not wgmma.takes_grid(1, 32768, 128, 132)
+    limit = wgmma.WIDE_MIN_TILES_PER_SLOT * wgmma.programs_per_sm(wgmma.WIDE_MAXNREG) * 132
+    assert wgmma.takes_grid(1, limit * 64, 128, 132) and not wgmma.takes_grid(1, limit * 64 - 64, 128, 132)
 
 
 def test_wgmma_grid_choice():
@@ -653,21 +667,22 @@ def test_wgmma_grid_choice():
     (every program resident) whenever a tile count gives one and it is the quickest by the model; never a grid of
     one to two waves while another choice avoids it; the least modelled time among the allowed choices."""
     sms = 132
-    slots = wgmma.programs_per_sm(wgmma.MAXNREG) * sms
     overhead = wgmma.PROGRAM_OVERHEAD_TILES
-    for batch in (1, 3, 8, 17, 32, 64, 100, 128, 256, 512):
-        for context in (64, 1000, 2048, 8192, 32768, 131072, 262144):
-            tpr = triton.cdiv(context, 64)
-            tiles = wgmma.grid_choice(batch, tpr, sms)
-            assert tiles in wgmma.TILE_RANGE
+    for batch, context, cap in itertools.product((1, 3, 8, 17, 32, 64, 100, 128, 256, 512),
+                                                 (64, 1000, 2048, 8192, 32768, 131072, 262144),
+                                                 (wgmma.MAXNREG, wgmma.WIDE_MAXNREG)):
+        slots = wgmma.programs_per_sm(cap) * sms
+        tpr = triton.cdiv(context, 64)
+        tiles = wgmma.grid_choice(batch, tpr, sms, cap)
+        assert tiles in wgmma.TILE_RANGE
 
-            def programs(t):
-                return batch * triton.cdiv(tpr, t)
+        def programs(t):
+            return batch * triton.cdiv(tpr, t)
 
-            def time(t):
-                waves = programs(t) / slots
-                return t + overhead if waves <= 1 else (batch * tpr + programs(t) * overhead) / slots
+        def time(t):
+            waves = programs(t) / slots
+            return t + overhead if waves <= 1 else (batch * tpr + programs(t) * overhead) / slots
 
-            allowed = [t for t in wgmma.TILE_RANGE if not 1 < programs(t) / slots < 2]
-            assert tiles in (allowed or wgmma.TILE_RANGE), (batch, context, tiles)
-            assert all(time(t) >= time(tiles) for t in (allowed or wgmma.TILE_RANGE)), (batch, context, tiles)
+        allowed = [t for t in wgmma.TILE_RANGE if not 1 < programs(t) / slots < 2]
+        assert tiles in (allowed or wgmma.TILE_RANGE), (batch, context, tiles)
+        assert all(time(t) >= time(tiles) for t in (allowed or wgmma.TILE_RANGE)), (batch, context, tiles)
