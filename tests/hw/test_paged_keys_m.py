@@ -92,6 +92,8 @@ CASES = [
     Case("mxfp4", 128, 64, 100, 1, (70,), 80, 2, wide_query=True),
     Case("mxfp4", 64, 32, 24, 3, (40, 7), 48, 2, nan_query=True, spans=(((1, 2), 16),)),
     Case("fp8", 64, 16, 128, 1, (20,), 24, 2),
+    Case("fp8", 128, 64, 40, 2, (130, 70), 160, 3, nan_token=(1, 5)),        # 128 columns: halves of whole tokens
+    Case("fp8", 64, 16, 24, 3, ((40, 41, 42), (7, 0, 3)), 48, 3),
     Case("mxfp4", 256, 32, 2, 1, (40, 3), 48, 2, spans=(((0, 7), 25),)),      # D 256
     Case("fp8", 256, 32, 2, 2, (40,), 48, 2),
     # programs of one 64-key tile, and of three tiles with a wide key in the second (program 0) and last tile
