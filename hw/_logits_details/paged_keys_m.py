@@ -140,6 +140,12 @@ NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AM
 #: 0 = the backend's default (on sm_90: no promotion, as production FP8 scorers run; declared_precision says what
 #: each choice declares).
 FP8_PROMOTE_K = 0
+#: FP8 tiles of this many query columns, of at least two tokens (N_PAD >= 2), run as two MMAs of half the columns
+#: (whole tokens each) on every key tile, on NVIDIA (but on grids of at most one program per SM) and the
+#: interpreter: on sm_90 (triton 3.6) the one [64, 128] fp32 accumulator took 240 registers (2 programs per SM),
+#: the halves 126 (4); on gfx950 (8 warps) the halves take 254 VGPRs against 153 at the same 2 waves per SIMD, so
+#: AMD keeps one MMA (docs/perf/h200-decode-ablation.md)
+FP8_HALVES_COLUMNS = 128
 
 
 def declared_precision(kv_dtype: str, head_dim: int, target: Target, path: str | None = None) -> tuple[int, float]:
@@ -545,6 +551,27 @@ def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.
 
 # ============================================================================================ the kernel
 @triton.jit
+def _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b, stride_qv_n, stride_qv_h, stride_w_r,
+                    stride_ctx_b, stride_out_r, cap, HALF: tl.constexpr, N: tl.constexpr, N_PAD: tl.constexpr,
+                    H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, CTX_2D: tl.constexpr):
+    """Half HALF (0 or 1) of an FP8 program's query columns, the whole tokens n in [HALF, HALF + 1) * N_PAD / 2:
+    (qt e4m3 [D, N_PAD / 2 * H_PAD], their weights [N_PAD / 2 * H_PAD], output row pointers [1, N_PAD / 2],
+    visible(b, n) [N_PAD / 2])."""
+    HALF_N: tl.constexpr = N_PAD // 2
+    m = tl.arange(0, HALF_N * H_PAD)
+    m_n = HALF * HALF_N + m // H_PAD
+    m_h = m % H_PAD
+    row_ok = (m_n < N) & (m_h < H)
+    w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=KEEP_IN_L2)
+    d = tl.arange(0, D)
+    q = tl.load(q_v_ptr + (b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h)[:, None] + d[None, :],
+                mask=row_ok[:, None], other=0, eviction_policy=KEEP_IN_L2)
+    n = HALF * HALF_N + tl.arange(0, HALF_N)
+    return (tl.trans(q.to(tl.float8e4nv, bitcast=True)), w, out_ptr + (b * N + n)[None, :] * stride_out_r,
+            _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap))
+
+
+@triton.jit
 def paged_keys_m_kernel(
     q_v_ptr, q_s_ptr, cache_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr, flag_ptr,
     cap, page_stride, max_pages, num_cache_pages,
@@ -553,16 +580,18 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr,
+    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr, FP8_HALVES: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride, num_cache_pages pages); w: fp32 [B*N, H]; ctx: int32 [B] or
     [B, N]; bt: int32 [B, max_pages]; out: fp32 [B*N, W]; flag: int32 [4] error flag (HAS_FLAG). Innermost
     dimensions contiguous; strides in elements. Grid (B, chunks). PDL: hw._pdl's programmatic dependent launch.
+    FP8_HALVES (FP8, N_PAD >= 2): the query columns as two halves of whole tokens, one MMA each per key tile.
 
     Keys of a page that is not ok (_tile_pages: past the table, or an out-of-range id) are never loaded; their
     scales load as NaN (FP8 scale NaN, E8M0 255), so their visible logits are NaN."""
     tl.static_assert(TILES <= MAX_TILES)
+    tl.static_assert(not FP8_HALVES or (KV_FORMAT == FMT_FP8 and N_PAD >= 2))
     grid_dependency_sync(PDL)
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
@@ -589,7 +618,32 @@ def paged_keys_m_kernel(
         out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
         met = tl.zeros((KEYS,), tl.int32)           # HAS_FLAG: an out-of-range page id met by the key's lane
 
-        if KV_FORMAT == FMT_FP8:
+        if KV_FORMAT == FMT_FP8 and FP8_HALVES:
+            # two MMAs of NH / 2 columns on each key tile, each half's logits stored before the next MMA: half
+            # the live accumulator of one NH-column MMA
+            d = tl.arange(0, D)
+            HALF_N: tl.constexpr = N_PAD // 2
+            qt_a, w_a, out_a, vis_a = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+                                                      stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
+                                                      stride_out_r, cap, 0, N, N_PAD, H, H_PAD, D,
+                                                      CTX_2D)
+            qt_b, w_b, out_b, vis_b = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+                                                      stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
+                                                      stride_out_r, cap, 1, N, N_PAD, H, H_PAD, D,
+                                                      CTX_2D)
+            for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
+                tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                          num_cache_pages, page_stride, vis_max, met, P,
+                                                          TILE_PAGES, HAS_FLAG)
+                k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
+                            other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
+                k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
+                                  .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
+                logits = _head_sum(_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
+                tl.store(out_a + tok[:, None], logits, mask=tok[:, None] < vis_a[None, :])
+                logits = _head_sum(_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
+                tl.store(out_b + tok[:, None], logits, mask=tok[:, None] < vis_b[None, :])
+        elif KV_FORMAT == FMT_FP8:
             d = tl.arange(0, D)
             q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0,
                         eviction_policy=KEEP_IN_L2)                                                # [NH, D]
@@ -707,6 +761,7 @@ class KeysMSettings:
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
     pdl: bool           # programmatic dependent launch (hw._pdl): on NVIDIA
+    fp8_halves: bool    # FP8: two MMAs of n_pad / 2 tokens each per key tile (FP8_HALVES_COLUMNS)
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
@@ -730,12 +785,15 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     tiles = min(MAX_TILES.value, max(1, per_program // keys))
     wave = WAVE_PROGRAMS_PER_SM.get((target, kv_dtype))
+    halves = (kv_dtype == "fp8" and target is not Target.AMD and n_pad >= 2 and n_pad * h_pad == FP8_HALVES_COLUMNS)
     if grid is not None and wave is not None and tokens_per_program is None:
         batch, cap, num_sms = grid
         pages = triton.cdiv(cap, page_size)
         choices = sorted({min(MAX_TILES.value, max(1, t // keys)) for t in GRID_TOKENS_PER_PROGRAM})
         fill = [t for t in choices if batch * triton.cdiv(pages, t * tile_pages) >= wave * num_sms]
         tiles = max(fill) if fill else min(choices)
+        # a grid of at most one program per SM is not short of registers: one MMA, the shorter program
+        halves = halves and batch * triton.cdiv(pages, tiles * tile_pages) > num_sms
     mx_mode = (MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL)
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
@@ -743,7 +801,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
         num_warps=num_warps if num_warps is not None else
         4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
-        pdl=target is Target.NVIDIA)
+        pdl=target is Target.NVIDIA, fp8_halves=halves)
 
 
 def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
@@ -807,7 +865,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
         CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
-        num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
+        FP8_HALVES=s.fp8_halves, num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
     )
 
 
@@ -831,16 +889,16 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl},
+                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "FP8_HALVES": s.fp8_halves},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
 
 #: (layout, D, P, next_n, H): the serving shape (D 128, P 64, H 32, N 1) of every layout, small head dims, a small
-#: page (4 pages a tile), next_n 2, H 128 and D 256
+#: page (4 pages a tile), next_n 2, H 128, FP8's halves (next_n 2 x H 64) and D 256
 ISA_SHAPES = (("fp8", 128, 64, 1, 32), ("mxfp4", 128, 64, 1, 32), ("mxfp4_tiled", 128, 64, 1, 32),
               ("fp8", 64, 16, 2, 32), ("mxfp4", 64, 16, 2, 32), ("mxfp4", 32, 64, 1, 32), ("fp8", 128, 64, 1, 128),
-              ("mxfp4", 128, 64, 1, 128), ("mxfp4", 256, 64, 1, 32))
+              ("fp8", 128, 64, 2, 64), ("mxfp4", 128, 64, 1, 128), ("mxfp4", 256, 64, 1, 32))
 
 
 def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:

@@ -562,6 +562,16 @@ def test_settings_depend_on_shapes_only():
     # 128 query rows: 4 warps on NVIDIA (timed faster there), 8 on AMD (4 spill on gfx950)
     assert km.keys_m_settings(Target.NVIDIA, "mxfp4", 64, 2, 64).num_warps == 4
     assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8
+    # FP8 at 128 query columns of at least 2 tokens: two MMAs of whole tokens on NVIDIA and the interpreter
+    halves = {(target, kv_dtype, heads, next_n): km.keys_m_settings(target, kv_dtype, heads, next_n, 64).fp8_halves
+              for target in Target for kv_dtype in ("fp8", "mxfp4") for heads, next_n in ((64, 2), (24, 3), (128, 1),
+                                                                                       (32, 2), (64, 4))}
+    assert {key for key, on in halves.items() if on} == {
+        (target, "fp8", heads, next_n) for target in (Target.NVIDIA, Target.INTERPRETER)
+        for heads, next_n in ((64, 2), (24, 3))}
+    # ... but one MMA on an NVIDIA grid of at most one program per SM (B1 / 32768: 128 programs of 4 tiles)
+    for batch, cap, halves in ((1, 32768, False), (2, 32768, True), (8, 8192, True)):
+        assert km.keys_m_settings(Target.NVIDIA, "fp8", 64, 2, 64, grid=(batch, cap, 132)).fp8_halves == halves
 
 
 def test_tiles_follow_the_grid_on_nvidia():
