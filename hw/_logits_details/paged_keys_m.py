@@ -618,19 +618,22 @@ def paged_keys_m_kernel(
         out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
         met = tl.zeros((KEYS,), tl.int32)           # HAS_FLAG: an out-of-range page id met by the key's lane
 
-        if KV_FORMAT == FMT_FP8 and FP8_HALVES:
-            # two MMAs of NH / 2 columns on each key tile, each half's logits stored before the next MMA: half
-            # the live accumulator of one NH-column MMA
+        if KV_FORMAT == FMT_FP8:
             d = tl.arange(0, D)
             HALF_N: tl.constexpr = N_PAD // 2
-            qt_a, w_a, out_a, vis_a = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
-                                                      stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
-                                                      stride_out_r, cap, 0, N, N_PAD, H, H_PAD, D,
-                                                      CTX_2D)
-            qt_b, w_b, out_b, vis_b = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
-                                                      stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
-                                                      stride_out_r, cap, 1, N, N_PAD, H, H_PAD, D,
-                                                      CTX_2D)
+            if FP8_HALVES:
+                # two MMAs of NH / 2 columns on each key tile, each half's logits stored before the next: half the
+                # live accumulator of one NH-column MMA
+                qt_a, w_a, out_a, vis_a = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+                                                          stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
+                                                          stride_out_r, cap, 0, N, N_PAD, H, H_PAD, D, CTX_2D)
+                qt_b, w_b, out_b, vis_b = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+                                                          stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
+                                                          stride_out_r, cap, 1, N, N_PAD, H, H_PAD, D, CTX_2D)
+            else:
+                q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0,
+                            eviction_policy=KEEP_IN_L2)                                            # [NH, D]
+                qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                              # [D, NH]
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
@@ -639,25 +642,14 @@ def paged_keys_m_kernel(
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
                                   .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
-                logits = _head_sum(_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
-                tl.store(out_a + tok[:, None], logits, mask=tok[:, None] < vis_a[None, :])
-                logits = _head_sum(_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
-                tl.store(out_b + tok[:, None], logits, mask=tok[:, None] < vis_b[None, :])
-        elif KV_FORMAT == FMT_FP8:
-            d = tl.arange(0, D)
-            q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0,
-                        eviction_policy=KEEP_IN_L2)                                                # [NH, D]
-            qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                                  # [D, NH]
-            for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
-                tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
-                                                          num_cache_pages, page_stride, vis_max, met, P,
-                                                          TILE_PAGES, HAS_FLAG)
-                k = tl.load(cache_ptr + page_off[:, None] + fp8_value_offsets(t_in, d, D), mask=k_ok[:, None],
-                            other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
-                k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
-                                  .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
-                logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
-                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
+                if FP8_HALVES:
+                    logits = _head_sum(_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
+                    tl.store(out_a + tok[:, None], logits, mask=tok[:, None] < vis_a[None, :])
+                    logits = _head_sum(_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
+                    tl.store(out_b + tok[:, None], logits, mask=tok[:, None] < vis_b[None, :])
+                else:
+                    logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
+                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
         elif MX_MODE == MX_DOT_SCALED:
             j = tl.arange(0, D // 2)
             g = tl.arange(0, D // MX_BLOCK)
