@@ -20,21 +20,23 @@ P, D, H = 16, 64, 3
 UNTOUCHED = 12345.0
 
 
-def _decode_setup(kv_dtype: str, tokens, device, seed=0):
+def _decode_setup(kv_dtype: str, tokens, device, seed=0, next_n=1, heads=H):
     rng = np.random.default_rng(seed)
     kv = build_paged_kv(rng, kv_dtype, None, P, D, tokens, extra_table_entries=2)
     B = len(tokens)
-    q_v, q_s, q64, w = quantized_queries(rng, kv_dtype, (B, 1, H, D), rng.standard_normal((B, 1, H)))
-    return kv, pair_as_torch(kv_dtype, q_v, q_s, device), q64, w.reshape(B, H)
+    q_v, q_s, q64, w = quantized_queries(rng, kv_dtype, (B, next_n, heads, D), rng.standard_normal((B, next_n, heads)))
+    return kv, pair_as_torch(kv_dtype, q_v, q_s, device), q64, w.reshape(B * next_n, heads)
 
 
-def _decode(kv, q_t, w, contexts, table, device, variant, width, *, meta=None, clean=True, flag=None):
+def _decode(kv, q_t, w, contexts, table, device, variant, width, *, meta=None, clean=True, flag=None,
+            settings=None):
     ctx_t = torch.tensor(contexts, dtype=torch.int32, device=device)
     if meta is None:
         meta = hw.get_paged_mqa_logits_metadata(ctx_t, P, 3)
     out = hw.fp8_fp4_paged_mqa_logits(q_t, torch_cache_view(host_to_device(kv.pool, device), kv.geom),
                                       host_to_device(w, device), ctx_t, host_to_device(table, device), meta, width,
-                                      clean_logits=clean, variant=variant, error_flag=flag)
+                                      clean_logits=clean, variant=variant, error_flag=flag,
+                                      launch_settings=settings)
     return to_numpy(out)
 
 
@@ -55,21 +57,27 @@ def _flag(flag):
 
 @pytest.mark.parametrize("kv_dtype", ["fp8", "mxfp4"])
 @pytest.mark.parametrize("bad", [1 << 30, -1, "num_pages", -(2 ** 31)])
-def test_decode_bad_page_id_is_nan_and_flagged(kv_dtype, bad, device):
+@pytest.mark.parametrize("next_n,heads", [(1, H), (2, 40)], ids=["N1", "N2xH40"])
+def test_decode_bad_page_id_is_nan_and_flagged(kv_dtype, bad, next_n, heads, device):
     """A block-table entry inside the visible span that is no page (the SIGSEGV of 1 << 30, the 576 bytes before
     the view of -1, the read past the pool of num_pages): its columns are NaN in every variant, the rest of the
-    row is right, and the flag names the sequence and the id."""
-    kv, q_t, q64, w = _decode_setup(kv_dtype, (40, 20), device)
+    row is right, and the flag names the sequence and the id; also at 128 query columns (next_n 2 x H 40 padded
+    to 2 x 64), where fp8_keys_m runs both its forms (two MMA halves; one MMA, which a grid this short takes on
+    NVIDIA)."""
+    kv, q_t, q64, w = _decode_setup(kv_dtype, (40, 20), device, next_n=next_n, heads=heads)
     table = kv.block_table.copy()
     bad_id = kv.geom.num_pages if bad == "num_pages" else bad
     table[0, 1] = bad_id
-    for variant in _decode_variants(kv_dtype, device):
+    runs = [(variant, None) for variant in _decode_variants(kv_dtype, device)]
+    if next_n > 1 and kv_dtype == "fp8":
+        runs += [("fp8_keys_m", {"fp8_halves": halves}) for halves in (True, False)]
+    for variant, settings in runs:
         flag = new_error_flag(device)
-        out = _decode(kv, q_t, w, (40, 20), table, device, variant, 48, flag=flag)
+        out = _decode(kv, q_t, w, (40, 20), table, device, variant, 48, flag=flag, settings=settings)
         ref, bound = _reference(kv, q64, w, (40, 20), table, 48, kv_dtype, device, variant)
         assert np.isnan(ref[0, P:2 * P]).all() and np.isfinite(ref[0, :P]).all()
         sim_scorer.assert_logits_within_bound(out, ref, bound)
-        assert _flag(flag)[1:] == (ErrorKind.PAGE_ID, 0, bad_id), variant
+        assert _flag(flag)[1:] == (ErrorKind.PAGE_ID, 0, bad_id), (variant, settings)
 
 
 @pytest.mark.parametrize("clean", [True, False])
