@@ -762,7 +762,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
     SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, the tiles follow it (still a
-    function of shapes only). Tuning overrides: tokens_per_program
+    function of shapes only), and so does fp8_halves (FP8_HALVES_COLUMNS). Tuning overrides: tokens_per_program
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
