@@ -18,8 +18,9 @@ ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) t
 the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
 are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
-entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key, two store-only loops
-cover the columns before and after them.
+entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key; the columns before and
+after them are stored by two store-only loops, in the program before its key loop or, with the setting clean_apart
+(MXFP4 on NVIDIA, where the scorer without those loops has no stack frame), by clean_outside_kernel after it.
 
 MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
@@ -88,6 +89,7 @@ WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a k
 WIDE_QUERY = tl.constexpr(2)         # one of its query rows is outside the fold's range
 KEY_WIDE_SHIFT = tl.constexpr(8)     # fold_keys_kernel's kmeta: the wide bit above the 8 bits of sk_max
 FOLD_KEYS_BLOCK = 64                 # keys per fold_keys_kernel program
+CLEAN_COLUMNS = 512                  # columns per store of clean_outside_kernel: [BLOCK_Q, 512] fp32 tiles
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);
 #: 0 = no promotion (as production FP8 prefill scorers run); declared_precision says what each choice declares
 FP8_PROMOTE_K = 0
@@ -130,6 +132,35 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
         cols = j0 + n
         tl.store(out_rows[:, None] + cols[None, :], tl.full((BLOCK_Q, BLOCK_K), float("-inf"), tl.float32),
                  mask=row_in[:, None] & (cols[None, :] < end))
+
+
+@triton.jit
+def _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
+    """A query block's rows `tokens` (row_in: < S): their ranges clamped to [0, SK) (ks, ke), the union of the
+    non-empty ones [lo, hi), and the key tiles covering it [first, end), BLOCK_K-aligned (end may pass SK). The
+    scorer stores every column of [first, end) of the block's rows; with clean_logits the others are -inf
+    (_clean_columns)."""
+    ks = tl.maximum(tl.load(ks_ptr + tokens, mask=row_in, other=0), 0)
+    ke = tl.minimum(tl.load(ke_ptr + tokens, mask=row_in, other=0), SK)
+    busy = row_in & (ks < ke)
+    hi = tl.max(tl.where(busy, ke, 0))
+    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
+    return ks, ke, lo, hi, lo // BLOCK_K * BLOCK_K, tl.cdiv(hi, BLOCK_K) * BLOCK_K
+
+
+@triton.jit
+def clean_outside_kernel(ks_ptr, ke_ptr, out_ptr, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                         COLUMNS: tl.constexpr):
+    """-inf into the columns outside [first, end) (_key_span) of every block of BLOCK_Q query rows: what
+    prefill_keys_m_kernel leaves to it with clean_logits when it does not store them itself (CLEAN_OUTSIDE False;
+    the same BLOCK_Q and BLOCK_K). ks/ke int32 [S]; out fp32 [S, SK], row stride stride_out_s. Grid (cdiv(S,
+    BLOCK_Q),), block p in program p."""
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    row_in = tokens < S
+    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    out_rows = out_ptr + tokens * stride_out_s
+    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
+    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
 
 
 @triton.jit
@@ -242,7 +273,7 @@ def prefill_keys_m_kernel(
     stride_kv_t, stride_ks_t, stride_w_s, stride_out_s,
     H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr, KV_FORMAT: tl.constexpr, MX_MODE: tl.constexpr, PROMOTE_K: tl.constexpr,
-    CLEAN: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
+    CLEAN: tl.constexpr, CLEAN_OUTSIDE: tl.constexpr, EXACT_PASS: tl.constexpr, HAS_FLAG: tl.constexpr,
 ):
     """q_v: FP8 bytes [S, H, D] or MXFP4 codes [S, H, D/2]; q_s: MXFP4 scales [S, H, D/32] (FP8: unused); k_v:
     [SK, D] e4m3 bytes or [SK, D/2] codes; k_s: fp32 [SK] or uint8 [SK, D/32]; w fp32 [S, H]; ks/ke int32 [S];
@@ -250,26 +281,22 @@ def prefill_keys_m_kernel(
     program, the exact pass (EXACT_PASS) reads them; FP8: unused); k8, kmeta: fold_keys_kernel's outputs for
     k_v and k_s (MXFP4's fold pass; else unused). Innermost
     dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
-    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). Grid (cdiv(S, BLOCK_Q),)."""
+    flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). CLEAN: -inf into the
+    invisible columns of the key tiles; CLEAN_OUTSIDE (with CLEAN): also into the columns outside them (else
+    clean_outside_kernel's). Grid (cdiv(S, BLOCK_Q),)."""
+    tl.static_assert(CLEAN or not CLEAN_OUTSIDE)
     # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
     # fill the tail of the grid instead of the long ones
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
-    ks = tl.load(ks_ptr + tokens, mask=row_in, other=0)
-    ke = tl.load(ke_ptr + tokens, mask=row_in, other=0)
     if HAS_FLAG and not EXACT_PASS:
-        report_ranges(flag_ptr, tokens, row_in, ks, ke, SK)
-    ks = tl.maximum(ks, 0)
-    ke = tl.minimum(ke, SK)
-    busy = row_in & (ks < ke)
-    hi = tl.max(tl.where(busy, ke, 0))             # keys [lo, hi): the union of the non-empty ranges
-    lo = tl.minimum(tl.min(tl.where(busy, ks, SK)), hi)
-    first = lo // BLOCK_K * BLOCK_K                # the loop's tiles cover [first, end)
-    end = tl.cdiv(hi, BLOCK_K) * BLOCK_K
+        report_ranges(flag_ptr, tokens, row_in, tl.load(ks_ptr + tokens, mask=row_in, other=0),
+                      tl.load(ke_ptr + tokens, mask=row_in, other=0), SK)
+    ks, ke, lo, hi, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
-    if CLEAN and not EXACT_PASS:
+    if CLEAN_OUTSIDE and not EXACT_PASS:
         out_rows = out_ptr + tokens * stride_out_s
         _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
         _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
@@ -368,6 +395,7 @@ class KeysMPrefillSettings:
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
+    clean_apart: bool   # clean_logits: the columns outside each program's key tiles by clean_outside_kernel
 
 
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
@@ -381,16 +409,18 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
         block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
         num_warps=num_warps, exact_warps=2 * num_warps,
         mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
-        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0)
+        promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
+        clean_apart=target is Target.NVIDIA and kv_dtype == "mxfp4")
 
 
 def _launcher(kv_dtype: str):
     def launch(call: PrefillCall, s: KeysMPrefillSettings) -> None:
         """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: three launches,
         fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
-        between them (allocated here)."""
+        between them (allocated here). With call.clean and s.clean_apart, clean_outside_kernel follows the scorer."""
         mx = kv_dtype == "mxfp4"
         grid = (triton.cdiv(call.num_q, s.block_q),)
+        apart = call.clean and s.clean_apart
         wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
         k8 = kmeta = call.ks
         if mx:
@@ -408,9 +438,12 @@ def _launcher(kv_dtype: str):
                 call.k_v.stride(0), call.k_s.stride(0), call.weights.stride(0), call.out.stride(0),
                 H=call.num_heads, H_PAD=s.h_pad, D=call.head_dim, BLOCK_Q=s.block_q, BLOCK_K=s.block_k,
                 NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, MX_MODE=s.mx_mode,
-                PROMOTE_K=s.promote_k, CLEAN=call.clean, EXACT_PASS=exact_pass,
-                HAS_FLAG=call.error_flag is not None,
+                PROMOTE_K=s.promote_k, CLEAN=call.clean, CLEAN_OUTSIDE=call.clean and not apart,
+                EXACT_PASS=exact_pass, HAS_FLAG=call.error_flag is not None,
                 num_warps=s.exact_warps if exact_pass else s.num_warps)
+        if apart:
+            clean_outside_kernel[grid](call.ks, call.ke, call.out, call.num_q, call.num_k, call.out.stride(0),
+                                       BLOCK_Q=s.block_q, BLOCK_K=s.block_k, COLUMNS=CLEAN_COLUMNS, num_warps=4)
     return launch
 
 
@@ -438,8 +471,8 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
                                                "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
-                    "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True, "EXACT_PASS": exact_pass,
-                    "HAS_FLAG": False},
+                    "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True,
+                    "CLEAN_OUTSIDE": not s.clean_apart, "EXACT_PASS": exact_pass, "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
         targets=(target.isa_target,),
         scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D
@@ -458,6 +491,17 @@ def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
         targets=(target.isa_target,))
 
 
+def clean_outside_isa_spec(target: Target) -> CompileSpec:
+    """clean_outside_kernel as the MXFP4 launcher runs it on `target` (its tile's BLOCK_Q and BLOCK_K at H32, D128)."""
+    s = keys_m_prefill_settings(target, "mxfp4", 32, 128)
+    return CompileSpec(
+        label="prefill_keys_m/clean_outside", fn=clean_outside_kernel,
+        signature={"ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "S": "i32", "SK": "i32",
+                   "stride_out_s": "i32"},
+        constexprs={"BLOCK_Q": s.block_q, "BLOCK_K": s.block_k, "COLUMNS": CLEAN_COLUMNS},
+        aligned=("ks_ptr", "ke_ptr", "out_ptr", "stride_out_s", "SK"), targets=(target.isa_target,))
+
+
 # ============================================================================================ registry records
 def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
@@ -470,7 +514,9 @@ def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Vari
         isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
                                 for exact in ((False, True) if kv_dtype == "mxfp4" else (False,)))
         + (tuple(fold_keys_isa_spec(d, t) for t in compiled for d in sorted({d for d, _ in ISA_SHAPES}))
-           if kv_dtype == "mxfp4" else ()),
+           if kv_dtype == "mxfp4" else ())
+        + (tuple(clean_outside_isa_spec(t) for t in compiled
+                 if keys_m_prefill_settings(t, kv_dtype, 32, 128).clean_apart)),
         summary=summary)
 
 

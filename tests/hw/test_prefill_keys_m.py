@@ -42,12 +42,14 @@ class Case:
     nan_keys: tuple = ()             # keys made NaN as a writer leaves a non-finite row
     nan_query: tuple | None = None   # (token, head): MXFP4 query row with a NaN block / FP8 NaN weight
     tiles: tuple = ()                # (block_q, block_k): launch settings overrides (h_pad follows)
+    apart: bool | None = None        # settings override clean_apart (None: the target's default)
 
     def __str__(self):
         return (f"{self.kv_dtype}-D{self.head_dim}-H{self.heads}-S{len(self.ranges)}-SK{self.num_keys}"
                 f"{'-clean' if self.clean else ''}{'-spans' if self.spans else ''}"
                 f"{'-wideq' if self.wide_query else ''}{'-nank' if self.nan_keys else ''}"
-                f"{'-nanq' if self.nan_query else ''}{f'-tiles{self.tiles}' if self.tiles else ''}")
+                f"{'-nanq' if self.nan_query else ''}{f'-tiles{self.tiles}' if self.tiles else ''}"
+                f"{'' if self.apart is None else f'-apart{int(self.apart)}'}")
 
 
 RAGGED = ((0, 70), (3, 40), (10, 10), (0, 1), (69, 70), (64, 70), (5, 64), (40, 0))   # (10, 10), (40, 0): empty
@@ -90,6 +92,15 @@ CASES = [
     Case("fp8", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
     Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),
+    # the -inf columns outside the key tiles stored by clean_outside_kernel (MXFP4's NVIDIA default) and by the scorer:
+    # leading and trailing columns, empty rows and unclamped ranges, the MXFP4 exact pass after it
+    Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32), apart=True),
+    Case("fp8", 64, 3, CAUSAL + MIDDLE, 100, tiles=(2, 32), apart=False),
+    Case("fp8", 32, 1, UNCLAMPED, 70, apart=True),
+    Case("fp8", 64, 3, EDGES[:7], 96, tiles=(2, 32), apart=True),
+    Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2),
+         apart=True),
+    Case("mxfp4", 128, 3, RAGGED, 70, spans=((5, 11), (20, 12), (66, 30)), nan_keys=(41, 69), apart=True),
 ]
 
 
@@ -128,11 +139,12 @@ def _inputs(case: Case, rng: np.random.Generator):
 
 
 def _settings_overrides(case: Case) -> dict | None:
-    if not case.tiles:
-        return None
-    block_q, block_k = case.tiles
-    return {"block_q": block_q, "block_k": block_k,
-            "h_pad": max(1 << (case.heads - 1).bit_length(), 16 // block_q)}
+    overrides = {} if case.apart is None else {"clean_apart": case.apart}
+    if case.tiles:
+        block_q, block_k = case.tiles
+        overrides.update(block_q=block_q, block_k=block_k,
+                         h_pad=max(1 << (case.heads - 1).bit_length(), 16 // block_q))
+    return overrides or None
 
 
 def run_case(case: Case, device):
@@ -245,5 +257,6 @@ def test_nvidia_settings(kv_dtype, heads, head_dim, block_q, h_pad, stages):
     s = pk.keys_m_prefill_settings(Target.NVIDIA, kv_dtype, heads, head_dim)
     assert (s.block_q, s.h_pad, s.block_k, s.num_warps, s.num_stages) == (block_q, h_pad, 64, 4, stages)
     assert s.exact_warps == 8 and s.mx_mode == pk.MX_FOLD_PTX.value and s.promote_k == pk.FP8_PROMOTE_K == 0
+    assert s.clean_apart == (kv_dtype == "mxfp4")
     assert pk.declared_precision(128, Target.NVIDIA) == (128, 2.0 ** -12)
     assert pk.declared_precision(64, Target.INTERPRETER) == (64, 2.0 ** -24)
