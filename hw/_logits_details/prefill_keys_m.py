@@ -103,8 +103,6 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
 TILES_WIDE_MAX_D = 128
-_WIDE_TILE_SCRATCH = ("timed on the H200 under triton 3.6, whose build of this tile has a small stack frame (3.9's "
-                      "has none): faster than 128 columns (docs/perf/h200-prefill-ablation.md)")
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
@@ -474,9 +472,7 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True,
                     "CLEAN_OUTSIDE": not s.clean_apart, "EXACT_PASS": exact_pass, "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
-        targets=(target.isa_target,),
-        scratch_ok=_WIDE_TILE_SCRATCH if mx and (target, kv_dtype) in TILES_WIDE and head_dim <= TILES_WIDE_MAX_D
-        else "")
+        targets=(target.isa_target,))
 
 
 def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
