@@ -1,5 +1,5 @@
 """FP8 decode at 128 query columns (next_n 2 x H64, next_n 4 x H32) on the H200: the key tile's query columns as
-two MMAs of whole tokens (paged_keys_m.KeysMSettings.halves) against one MMA of all 128, each at the grid's
+two MMAs of whole tokens (paged_keys_m.KeysMSettings.fp8_halves) against one MMA of all 128, each at the grid's
 default tiles and at 4 / 8 / 16 tiles of 64 keys per program, and the shipped default (halves but on grids of at
 most one program per SM); timed like `mxidx bench` times
 the decode scorer (median of CUDA-graph replays over 4 rotating input sets) against the copy bandwidth of the
@@ -19,8 +19,8 @@ from tools.runtime import choose_device
 SHAPES = [(64, 8192, 2, 64), (256, 8192, 2, 64), (64, 32768, 2, 64), (8, 32768, 2, 64), (16, 8192, 2, 64),
           (8, 8192, 2, 64), (8, 2048, 2, 64), (1, 32768, 2, 64), (64, 8192, 4, 32)]
 COMMON = dict(head_dim=128, page_size=64, layout=None)
-SETTINGS = [{}, {"halves": True}, {"halves": False}] + [
-    {"halves": halves, "tiles": tiles} for halves in (True, False) for tiles in (4, 8, 16)]
+SETTINGS = [{}, {"fp8_halves": True}, {"fp8_halves": False}] + [
+    {"fp8_halves": halves, "tiles": tiles} for halves in (True, False) for tiles in (4, 8, 16)]
 
 choose_device("cuda")
 copy = _copy_GBps(inner=5, replays=20)["copy_GBps"]
@@ -34,8 +34,8 @@ for batch, context, next_n, heads in SHAPES:
                               **shape, **COMMON) for i in range(INPUT_SETS)]
         us = _graph_time_us([call for call, _ in sets], inner=20, replays=20)
         row.update(time_us=us, frac_copy=sets[0][1] / us / 1e3 / copy)
-        if list(setting) == ["halves"]:
-            logits[setting["halves"]] = sets[0][0]().clone()
+        if list(setting) == ["fp8_halves"]:
+            logits[setting["fp8_halves"]] = sets[0][0]().clone()
         rows.append(row)
         print(json.dumps(row), flush=True)
     seen = context - (next_n - 1)

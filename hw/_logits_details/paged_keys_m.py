@@ -9,9 +9,7 @@ N_PAD * H_PAD query rows of the sequence (next_n x padded heads) are its N axis:
     logit[t, n] = key_factor[t] * sum_h w'[n, h] * relu(s[t, n * H_PAD + h])
 
 relu keeps NaN; the head sum is a register reduction over the query-column axis of the tile, per n; the key's
-factor (FP8: its fp32 scale; MXFP4: a power of two, below) multiplies once, after the head sum. At HALVES_COLUMNS
-query columns of at least two tokens FP8 and the MXFP4 fold score each tile in two halves of whole tokens, one MMA
-(chain) and head sum per half (the kernel's HALVES; the same logits).
+factor (FP8: its fp32 scale; MXFP4: a power of two, below) multiplies once, after the head sum.
 
 Grid: (B, cdiv(cdiv(cap, P), TILES * TILE_PAGES)); it depends on shapes and max_context_len only (CUDA-graph
 stable). Program (b, c) loads sequence b's query rows, weights and (MXFP4) their conversion once, then walks its up
@@ -142,19 +140,12 @@ NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AM
 #: 0 = the backend's default (on sm_90: no promotion, as production FP8 scorers run; declared_precision says what
 #: each choice declares).
 FP8_PROMOTE_K = 0
-#: FP8 and MXFP4 fold tiles of this many query columns, of at least two tokens (N_PAD >= 2), run as two MMAs (the
-#: fold: two MMA chains on the same folded key tile) of half the columns (whole tokens each) on every key tile, on
-#: NVIDIA (but on grids of at most one program per SM) and the interpreter. FP8 on sm_90 (triton 3.6): the one
-#: [64, 128] fp32 accumulator took 240 registers (2 programs per SM), the halves 126 (4); on gfx950 (8 warps) the
-#: halves take 254 VGPRs against 153 at the same 2 waves per SIMD, so AMD keeps one MMA
-#: (docs/perf/h200-decode-ablation.md). The MXFP4 fold: MX_HALVES_MAXNREG.
-HALVES_COLUMNS = 128
-#: NVIDIA: the register cap of the MXFP4 fold's halves. Cross-compiled for sm_90 (triton 3.6; next_n 2 x H 64 /
-#: 4 x H 32, D 128), one MMA takes 234 / 236 registers and the halves 218 / 232 uncapped (both 2 programs per SM:
-#: the exact pass's [64, 64] fp32 tiles and the loop's addressing, not the fold loop's accumulator, set the peak);
-#: capped at 168 the halves keep 3 programs per SM with no stack traffic in the fold loop (0 / 16 stack bytes,
-#: stored before the loop, read back in the exact pass), where one MMA would spill 240 / 256 bytes
-MX_HALVES_MAXNREG = 168
+#: FP8 tiles of this many query columns, of at least two tokens (N_PAD >= 2), run as two MMAs of half the columns
+#: (whole tokens each) on every key tile, on NVIDIA (but on grids of at most one program per SM) and the
+#: interpreter: on sm_90 (triton 3.6) the one [64, 128] fp32 accumulator took 240 registers (2 programs per SM),
+#: the halves 126 (4); on gfx950 (8 warps) the halves take 254 VGPRs against 153 at the same 2 waves per SIMD, so
+#: AMD keeps one MMA (docs/perf/h200-decode-ablation.md)
+FP8_HALVES_COLUMNS = 128
 
 
 def declared_precision(kv_dtype: str, head_dim: int, target: Target, path: str | None = None) -> tuple[int, float]:
@@ -567,7 +558,10 @@ def _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b, stride_qv_
     (qt e4m3 [D, N_PAD / 2 * H_PAD], their weights [N_PAD / 2 * H_PAD], output row pointers [1, N_PAD / 2],
     visible(b, n) [N_PAD / 2])."""
     HALF_N: tl.constexpr = N_PAD // 2
-    m_n, m_h, row_ok = _query_rows(HALF, HALF_N, N, H, H_PAD)
+    m = tl.arange(0, HALF_N * H_PAD)
+    m_n = HALF * HALF_N + m // H_PAD
+    m_h = m % H_PAD
+    row_ok = (m_n < N) & (m_h < H)
     w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=KEEP_IN_L2)
     d = tl.arange(0, D)
     q = tl.load(q_v_ptr + (b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h)[:, None] + d[None, :],
@@ -575,78 +569,6 @@ def _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b, stride_qv_
     n = HALF * HALF_N + tl.arange(0, HALF_N)
     return (tl.trans(q.to(tl.float8e4nv, bitcast=True)), w, out_ptr + (b * N + n)[None, :] * stride_out_r,
             _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap))
-
-
-@triton.jit
-def _query_rows(GROUP: tl.constexpr, COLS_N: tl.constexpr, N: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr):
-    """The query rows (MMA columns) of the whole tokens n in [GROUP, GROUP + 1) * COLS_N, token-major (COLS_N = N_PAD,
-    GROUP 0: all of a program's; COLS_N = N_PAD / 2: half GROUP): (n, h, row_ok: a real token and head), each
-    [COLS_N * H_PAD]."""
-    m = tl.arange(0, COLS_N * H_PAD)
-    m_n = GROUP * COLS_N + m // H_PAD
-    m_h = m % H_PAD
-    return m_n, m_h, (m_n < N) & (m_h < H)
-
-
-@triton.jit
-def _query_columns(w_ptr, ctx_ptr, out_ptr, b, stride_w_r, stride_ctx_b, stride_out_r, cap, GROUP: tl.constexpr,
-                   COLS_N: tl.constexpr, N: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr,
-                   CTX_2D: tl.constexpr):
-    """The weights [COLS_N * H_PAD] (0 for padding) of _query_rows(GROUP, COLS_N), their tokens' output row pointers
-    [1, COLS_N] and visible(b, n) [COLS_N]."""
-    m_n, m_h, row_ok = _query_rows(GROUP, COLS_N, N, H, H_PAD)
-    w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=KEEP_IN_L2)
-    n = GROUP * COLS_N + tl.arange(0, COLS_N)
-    return w, out_ptr + (b * N + n)[None, :] * stride_out_r, _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
-
-
-@triton.jit
-def _mx_fold_query(q_v_ptr, q_s_ptr, w, c, b, stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n,
-                   stride_qs_h, GROUP: tl.constexpr, COLS_N: tl.constexpr, N: tl.constexpr, H: tl.constexpr,
-                   H_PAD: tl.constexpr, D: tl.constexpr, MX_MODE: tl.constexpr):
-    """The fold loop's query operand of _query_rows(GROUP, COLS_N), C = COLS_N * H_PAD columns of weights w, with c
-    the program's largest finite query block scale (over all its rows): (qt, qt2, w_fold). D >= 2 * MIN_SPLIT_K: qt,
-    qt2 e4m3 [D/2, C] in the split K order (_fold_split); else qt e4m3 [D, C] in the natural order, and qt2 = qt.
-    w_fold [C] = w * 2^(sqmax - c), NaN for a NaN query row."""
-    m_n, m_h, row_ok = _query_rows(GROUP, COLS_N, N, H, H_PAD)
-    q_row_v = b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h
-    q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h,
-                            row_ok, D)
-    sq_max = tl.max(qs, axis=1)
-    w_fold = tl.where(sq_max == E8M0_NAN, float("nan"), w * _exp2_int(sq_max - c))
-    q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
-    if D >= 2 * MIN_SPLIT_K:
-        jb = tl.arange(0, D // 2)
-        q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0,
-                          eviction_policy=KEEP_IN_L2)
-        q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
-        return tl.trans(q1).to(tl.float8e4nv, bitcast=True), tl.trans(q2).to(tl.float8e4nv, bitcast=True), w_fold
-    else:
-        qt = tl.trans(_fold(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)
-        return qt, qt, w_fold
-
-
-@triton.jit
-def _mx_exact_query(q_v_ptr, q_s_ptr, b, stride_qv_b, stride_qv_n, stride_qv_h, stride_qs_b, stride_qs_n,
-                    stride_qs_h, GROUP: tl.constexpr, COLS_N: tl.constexpr, N: tl.constexpr, H: tl.constexpr,
-                    H_PAD: tl.constexpr, D: tl.constexpr, MX_MODE: tl.constexpr):
-    """The exact pass's query of _query_rows(GROUP, COLS_N): (uint8 [D, C] e4m3 bytes of e2m1 * 2^-5, the codes
-    transposed; int32 [C, D/32] E8M0 bytes), C = COLS_N * H_PAD."""
-    m_n, m_h, row_ok = _query_rows(GROUP, COLS_N, N, H, H_PAD)
-    q_words, qs = _mx_query(q_v_ptr, q_s_ptr, b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h,
-                            b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h, row_ok, D)
-    return tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE)), qs
-
-
-@triton.jit
-def _fold_dot(k1, k2, qt, qt2, SPLIT: tl.constexpr, PROMOTE_K: tl.constexpr):
-    """The fold's fp32 scores [KEYS, C] of folded keys (uint8 e4m3 bytes) against query operands: k1 . qt + k2 . qt2,
-    two K = D/2 MMAs in the split K order (SPLIT), else k1 . qt, one K = D MMA in the natural order (k2, qt2
-    unused)."""
-    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
-    if SPLIT:
-        acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
-    return acc
 
 
 @triton.jit
@@ -658,21 +580,18 @@ def paged_keys_m_kernel(
     N: tl.constexpr, N_PAD: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, P: tl.constexpr,
     TILE_PAGES: tl.constexpr, TILES: tl.constexpr, NUM_STAGES: tl.constexpr,
     KV_FORMAT: tl.constexpr, TILED: tl.constexpr, CTX_2D: tl.constexpr, MX_MODE: tl.constexpr,
-    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr, HALVES: tl.constexpr,
+    PROMOTE_K: tl.constexpr, HAS_FLAG: tl.constexpr, PDL: tl.constexpr, FP8_HALVES: tl.constexpr,
 ):
     """q_v: FP8 bytes [B, N, H, D] or MXFP4 codes [B, N, H, D/2]; q_s: MXFP4 scales [B, N, H, D/32] (FP8: unused);
     cache: uint8 view base (page b at b * page_stride, num_cache_pages pages); w: fp32 [B*N, H]; ctx: int32 [B] or
     [B, N]; bt: int32 [B, max_pages]; out: fp32 [B*N, W]; flag: int32 [4] error flag (HAS_FLAG). Innermost
     dimensions contiguous; strides in elements. Grid (B, chunks). PDL: hw._pdl's programmatic dependent launch.
-    HALVES (FP8 or the MXFP4 fold, N_PAD >= 2): the query columns as two halves of whole tokens, one MMA (the fold:
-    one chain) each per key tile, a half's logits stored before the next half's MMA; the logits equal those of one
-    MMA over all columns bit for bit (a column's sum and a token's head sum do not depend on the other columns, and
-    the MXFP4 halves share c and the folded key tile).
+    FP8_HALVES (FP8, N_PAD >= 2): the query columns as two halves of whole tokens, one MMA each per key tile.
 
     Keys of a page that is not ok (_tile_pages: past the table, or an out-of-range id) are never loaded; their
     scales load as NaN (FP8 scale NaN, E8M0 255), so their visible logits are NaN."""
     tl.static_assert(TILES <= MAX_TILES)
-    tl.static_assert(not HALVES or (N_PAD >= 2 and (KV_FORMAT == FMT_FP8 or MX_MODE != MX_DOT_SCALED)))
+    tl.static_assert(not FP8_HALVES or (KV_FORMAT == FMT_FP8 and N_PAD >= 2))
     grid_dependency_sync(PDL)
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
@@ -683,35 +602,38 @@ def paged_keys_m_kernel(
     first = chunk * (TILES * TILE_PAGES)
     if first < num_pages:
         KEYS: tl.constexpr = TILE_PAGES * P
+        NH: tl.constexpr = N_PAD * H_PAD
         num_tiles = tl.minimum(tl.cdiv(num_pages - first, TILE_PAGES), TILES)
         bt_row = bt_ptr + b * stride_bt_b
         t = tl.arange(0, KEYS)
         t_page = t // P
         t_in = t % P
-        m_n, m_h, row_ok = _query_rows(0, N_PAD, N, H, H_PAD)
+        m = tl.arange(0, NH)
+        m_n = m // H_PAD
+        m_h = m % H_PAD
+        row_ok = (m_n < N) & (m_h < H)
         q_row_v = b * stride_qv_b + m_n * stride_qv_n + m_h * stride_qv_h
         q_row_s = b * stride_qs_b + m_n * stride_qs_n + m_h * stride_qs_h
         w = tl.load(w_ptr + (b * N + m_n) * stride_w_r + m_h, mask=row_ok, other=0.0, eviction_policy=KEEP_IN_L2)
         out_cols = out_ptr + (b * N + n)[None, :] * stride_out_r
         met = tl.zeros((KEYS,), tl.int32)           # HAS_FLAG: an out-of-range page id met by the key's lane
-        # the query columns in GROUPS groups of whole tokens: all of them, or with HALVES two halves (suffixes _0, _1)
-        GROUPS: tl.constexpr = 2 if HALVES else 1
-        COLS_N: tl.constexpr = N_PAD // GROUPS
 
         if KV_FORMAT == FMT_FP8:
             d = tl.arange(0, D)
-            if HALVES:
-                qt_0, w_0, out_0, vis_0 = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+            HALF_N: tl.constexpr = N_PAD // 2
+            if FP8_HALVES:
+                # two MMAs of NH / 2 columns on each key tile, each half's logits stored before the next: half the
+                # live accumulator of one NH-column MMA
+                qt_a, w_a, out_a, vis_a = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
                                                           stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
                                                           stride_out_r, cap, 0, N, N_PAD, H, H_PAD, D, CTX_2D)
-                qt_1, w_1, out_1, vis_1 = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
+                qt_b, w_b, out_b, vis_b = _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b,
                                                           stride_qv_n, stride_qv_h, stride_w_r, stride_ctx_b,
                                                           stride_out_r, cap, 1, N, N_PAD, H, H_PAD, D, CTX_2D)
             else:
                 q = tl.load(q_v_ptr + q_row_v[:, None] + d[None, :], mask=row_ok[:, None], other=0,
                             eviction_policy=KEEP_IN_L2)                                            # [NH, D]
-                qt_0 = tl.trans(q.to(tl.float8e4nv, bitcast=True))                            # [D, NH]
-                w_0, out_0, vis_0 = w, out_cols, visible
+                qt = tl.trans(q.to(tl.float8e4nv, bitcast=True))                              # [D, NH]
             for i in tl.range(0, num_tiles, num_stages=NUM_STAGES):
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
@@ -720,11 +642,14 @@ def paged_keys_m_kernel(
                             other=0).to(tl.float8e4nv, bitcast=True)                         # [KEYS, D]
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
                                   .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
-                logits = _head_sum(_dot(k, qt_0, None, PROMOTE_K), w_0, COLS_N, H_PAD) * k_scale[:, None]
-                tl.store(out_0 + tok[:, None], logits, mask=tok[:, None] < vis_0[None, :])
-                if HALVES:      # after half 0's store: one half's accumulator live at a time
-                    logits = _head_sum(_dot(k, qt_1, None, PROMOTE_K), w_1, COLS_N, H_PAD) * k_scale[:, None]
-                    tl.store(out_1 + tok[:, None], logits, mask=tok[:, None] < vis_1[None, :])
+                if FP8_HALVES:
+                    logits = _head_sum(_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
+                    tl.store(out_a + tok[:, None], logits, mask=tok[:, None] < vis_a[None, :])
+                    logits = _head_sum(_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
+                    tl.store(out_b + tok[:, None], logits, mask=tok[:, None] < vis_b[None, :])
+                else:
+                    logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
+                    tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
         elif MX_MODE == MX_DOT_SCALED:
             j = tl.arange(0, D // 2)
             g = tl.arange(0, D // MX_BLOCK)
@@ -741,28 +666,24 @@ def paged_keys_m_kernel(
                 s = tl.dot_scaled(kv, ks, "e2m1", qt, qs, "e2m1")
                 tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
-            # c (in every key factor) and q_wide over all the query rows, both halves'; then each group's rows
-            # converted once
-            qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)[1]
+            # the query rows, converted once
+            q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
             sq_max = tl.max(qs, axis=1)
             q_nan = sq_max == E8M0_NAN
             q_wide = tl.max((row_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32)) > 0
             c = tl.max(tl.where(row_ok & ~q_nan, sq_max, 0))
-            if HALVES:
-                w_0, out_0, vis_0 = _query_columns(w_ptr, ctx_ptr, out_ptr, b, stride_w_r, stride_ctx_b,
-                                                   stride_out_r, cap, 0, COLS_N, N, H, H_PAD, CTX_2D)
-                w_1, out_1, vis_1 = _query_columns(w_ptr, ctx_ptr, out_ptr, b, stride_w_r, stride_ctx_b,
-                                                   stride_out_r, cap, 1, COLS_N, N, H, H_PAD, CTX_2D)
-            else:
-                w_0, out_0, vis_0 = w, out_cols, visible
-            qt_0, qt2_0, w_fold_0 = _mx_fold_query(q_v_ptr, q_s_ptr, w_0, c, b, stride_qv_b, stride_qv_n,
-                                                   stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h, 0, COLS_N, N,
-                                                   H, H_PAD, D, MX_MODE)
-            if HALVES:
-                qt_1, qt2_1, w_fold_1 = _mx_fold_query(q_v_ptr, q_s_ptr, w_1, c, b, stride_qv_b, stride_qv_n,
-                                                       stride_qv_h, stride_qs_b, stride_qs_n, stride_qs_h, 1, COLS_N,
-                                                       N, H, H_PAD, D, MX_MODE)
+            w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
+            q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
             SPLIT: tl.constexpr = D >= 2 * MIN_SPLIT_K
+            if SPLIT:           # two K = D/2 operands in the split order (_fold_split)
+                jb = tl.arange(0, D // 2)
+                q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0,
+                                  eviction_policy=KEEP_IN_L2)
+                q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
+                qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                             # [D/2, NH]
+                qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
+            else:
+                qt = tl.trans(_fold(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)  # [D, NH]
 
             # the fold loop stores every visible key; the tiles holding a wide key are overwritten by the exact
             # pass (bit i of wide_tiles)
@@ -771,29 +692,25 @@ def paged_keys_m_kernel(
                 tok, page_off, page_ok, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
                                                           num_cache_pages, page_stride, vis_max, met, P,
                                                           TILE_PAGES, HAS_FLAG)
-                if SPLIT:       # two K = D/2 operands in the split order (_fold_split)
-                    jb = tl.arange(0, D // 2)
+                if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
                     sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
                     sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
                     k1, k2 = _fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
+                    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+                    acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
                 else:
                     k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
                     sk_max = tl.max(ks, axis=1)
                     sk_min = tl.min(ks, axis=1)
-                    k1 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE)
-                    k2 = k1
-                acc = _fold_dot(k1, k2, qt_0, qt2_0, SPLIT, PROMOTE_K)
+                    k8 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE)
+                    acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
                 k_nan = sk_max == E8M0_NAN
                 wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
                 k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
-                logits = _head_sum(acc, w_fold_0, COLS_N, H_PAD) * k_factor[:, None]
-                tl.store(out_0 + tok[:, None], logits, mask=tok[:, None] < vis_0[None, :])      # wide: overwritten
-                if HALVES:      # the same folded key tile, after half 0's store
-                    logits = _head_sum(_fold_dot(k1, k2, qt_1, qt2_1, SPLIT, PROMOTE_K), w_fold_1, COLS_N,
-                                       H_PAD) * k_factor[:, None]
-                    tl.store(out_1 + tok[:, None], logits, mask=tok[:, None] < vis_1[None, :])
+                logits = _head_sum(acc, w_fold, N_PAD, H_PAD) * k_factor[:, None]
+                tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])   # wide: overwritten
                 wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
             wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
 
@@ -801,30 +718,23 @@ def paged_keys_m_kernel(
             # keys keep the fold loop's logits, so a key's logit does not depend on its tile-mates)
             if q_wide | (wide_tiles != 0):
                 tl.debug_barrier()          # the fold loop's stores of this program land before the exact pass's
-                for grp in tl.static_range(GROUPS):     # group by group: one group's query and scores live
-                    q_exact, qs_g = _mx_exact_query(q_v_ptr, q_s_ptr, b, stride_qv_b, stride_qv_n, stride_qv_h,
-                                                    stride_qs_b, stride_qs_n, stride_qs_h, grp, COLS_N, N, H, H_PAD,
-                                                    D, MX_MODE)                                # [D, C], [C, D/32]
-                    if HALVES:      # reloaded, not kept live through the fold loop
-                        w_g, out_g, vis_g = _query_columns(w_ptr, ctx_ptr, out_ptr, b, stride_w_r, stride_ctx_b,
-                                                           stride_out_r, cap, grp, COLS_N, N, H, H_PAD, CTX_2D)
-                    else:
-                        w_g, out_g, vis_g = w, out_cols, visible
-                    for i in tl.range(0, num_tiles, num_stages=1):
-                        if q_wide | (((wide_tiles >> i) & 1) != 0):
-                            # (met: the fold loop did not run for a wide query)
-                            tok, page_off, _, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
-                                                                num_cache_pages, page_stride, vis_max, met, P,
-                                                                TILE_PAGES, HAS_FLAG)
-                            # a bad page's keys are not read: NaN scales, stored for a wide query, else not redone
-                            # (they keep the fold loop's NaN)
-                            k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
-                            s = _mx_exact_scores(k_words, ks, q_exact, qs_g, MX_MODE)
-                            sk_max = tl.max(ks, axis=1)
-                            wide_key = (sk_max != E8M0_NAN) & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)
-                            redo = wide_key | (tok * 0 + q_wide.to(tl.int32) != 0)   # a block operand first
-                            tl.store(out_g + tok[:, None], _head_sum(s, w_g, COLS_N, H_PAD),
-                                     mask=redo[:, None] & (tok[:, None] < vis_g[None, :]))
+                q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
+                q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
+                for i in tl.range(0, num_tiles, num_stages=1):
+                    if q_wide | (((wide_tiles >> i) & 1) != 0):
+                        # (met: the fold loop did not run for a wide query)
+                        tok, page_off, _, k_ok, met = _tile(i, first, t, t_page, bt_row, num_pages, max_pages,
+                                                            num_cache_pages, page_stride, vis_max, met, P,
+                                                            TILE_PAGES, HAS_FLAG)
+                        # a bad page's keys are not read: NaN scales, stored for a wide query, else not redone (they
+                        # keep the fold loop's NaN)
+                        k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                        s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
+                        sk_max = tl.max(ks, axis=1)
+                        wide_key = (sk_max != E8M0_NAN) & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)
+                        redo = wide_key | (tok * 0 + q_wide.to(tl.int32) != 0)   # a block operand first
+                        tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
+                                 mask=redo[:, None] & (tok[:, None] < visible[None, :]))
         if HAS_FLAG:
             _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 
@@ -843,8 +753,7 @@ class KeysMSettings:
     mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
     pdl: bool           # programmatic dependent launch (hw._pdl): on NVIDIA
-    halves: bool        # FP8 and the MXFP4 fold: two MMAs of n_pad / 2 tokens each per key tile (HALVES_COLUMNS)
-    maxnreg: int | None  # NVIDIA register cap (MX_HALVES_MAXNREG with the MXFP4 fold's halves); None: ptxas chooses
+    fp8_halves: bool    # FP8: two MMAs of n_pad / 2 tokens each per key tile (FP8_HALVES_COLUMNS)
 
 
 def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, page_size: int, *,
@@ -853,8 +762,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
                     num_warps: int | None = None) -> KeysMSettings:
     """The settings of a launch on `target` (MXFP4 `path`: DEFAULT_PATH[target] when None). grid: (batch, cap,
     SM count) of the launch; where WAVE_PROGRAMS_PER_SM has the target and format, the tiles follow it (still a
-    function of shapes only), and so do the halves (HALVES_COLUMNS) and the register cap (MX_HALVES_MAXNREG: the
-    MXFP4 fold's halves on NVIDIA; an override of halves leaves it as it is). Tuning overrides: tokens_per_program
+    function of shapes only), and so does fp8_halves (FP8_HALVES_COLUMNS). Tuning overrides: tokens_per_program
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
@@ -869,8 +777,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     tiles = min(MAX_TILES.value, max(1, per_program // keys))
     wave = WAVE_PROGRAMS_PER_SM.get((target, kv_dtype))
-    halves = ((kv_dtype == "fp8" or path == "fold") and target is not Target.AMD and n_pad >= 2
-              and n_pad * h_pad == HALVES_COLUMNS)
+    halves = (kv_dtype == "fp8" and target is not Target.AMD and n_pad >= 2 and n_pad * h_pad == FP8_HALVES_COLUMNS)
     if grid is not None and wave is not None and tokens_per_program is None:
         batch, cap, num_sms = grid
         pages = triton.cdiv(cap, page_size)
@@ -886,8 +793,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
         num_warps=num_warps if num_warps is not None else
         4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
-        pdl=target is Target.NVIDIA, halves=halves,
-        maxnreg=MX_HALVES_MAXNREG if halves and kv_dtype == "mxfp4" and target is Target.NVIDIA else None)
+        pdl=target is Target.NVIDIA, fp8_halves=halves)
 
 
 def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
@@ -951,8 +857,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
         N=next_n, N_PAD=s.n_pad, H=num_heads, H_PAD=s.h_pad, D=head_dim, P=page_size, TILE_PAGES=s.tile_pages,
         TILES=s.tiles, NUM_STAGES=s.num_stages, KV_FORMAT=FMT_MXFP4 if mx else FMT_FP8, TILED=bool(tiled),
         CTX_2D=context_lens.dim() == 2, MX_MODE=s.mx_mode, PROMOTE_K=s.promote_k, HAS_FLAG=error_flag is not None,
-        HALVES=s.halves, num_warps=s.num_warps, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
-        **pdl_launch(s.pdl, out.device),
+        FP8_HALVES=s.fp8_halves, num_warps=s.num_warps, **pdl_launch(s.pdl, out.device),
     )
 
 
@@ -976,17 +881,16 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
-                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "HALVES": s.halves},
-        num_warps=s.num_warps, maxnreg=s.maxnreg, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+                    "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "FP8_HALVES": s.fp8_halves},
+        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
 
 #: (layout, D, P, next_n, H): the serving shape (D 128, P 64, H 32, N 1) of every layout, small head dims, a small
-#: page (4 pages a tile), next_n 2, H 128, the halves (next_n 2 x H 64) and D 256
+#: page (4 pages a tile), next_n 2, H 128, FP8's halves (next_n 2 x H 64) and D 256
 ISA_SHAPES = (("fp8", 128, 64, 1, 32), ("mxfp4", 128, 64, 1, 32), ("mxfp4_tiled", 128, 64, 1, 32),
               ("fp8", 64, 16, 2, 32), ("mxfp4", 64, 16, 2, 32), ("mxfp4", 32, 64, 1, 32), ("fp8", 128, 64, 1, 128),
-              ("fp8", 128, 64, 2, 64), ("mxfp4", 128, 64, 1, 128), ("mxfp4", 128, 64, 2, 64),
-              ("mxfp4", 256, 64, 1, 32))
+              ("fp8", 128, 64, 2, 64), ("mxfp4", 128, 64, 1, 128), ("mxfp4", 256, 64, 1, 32))
 
 
 def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import hw
-from hw._logits_details import paged_keys_m as km
 from hw.checks import ErrorKind, describe_error_flag, new_error_flag, raise_if_flagged
 from hw.logits import declared_precision, scorer_target
 from hw.targets import Op
@@ -63,17 +62,15 @@ def test_decode_bad_page_id_is_nan_and_flagged(kv_dtype, bad, next_n, heads, dev
     """A block-table entry inside the visible span that is no page (the SIGSEGV of 1 << 30, the 576 bytes before
     the view of -1, the read past the pool of num_pages): its columns are NaN in every variant, the rest of the
     row is right, and the flag names the sequence and the id; also at 128 query columns (next_n 2 x H 40 padded
-    to 2 x 64), where fp8_keys_m and mxfp4_keys_m (the fold) run both their forms (two MMA halves, under the
-    register cap the target gives them; one MMA, which a grid this short takes on NVIDIA)."""
+    to 2 x 64), where fp8_keys_m runs both its forms (two MMA halves; one MMA, which a grid this short takes on
+    NVIDIA)."""
     kv, q_t, q64, w = _decode_setup(kv_dtype, (40, 20), device, next_n=next_n, heads=heads)
     table = kv.block_table.copy()
     bad_id = kv.geom.num_pages if bad == "num_pages" else bad
     table[0, 1] = bad_id
     runs = [(variant, None) for variant in _decode_variants(kv_dtype, device)]
-    keys_m = f"{kv_dtype}_keys_m"
-    if next_n > 1 and keys_m in _decode_variants(kv_dtype, device):
-        cap = km.keys_m_settings(scorer_target(device), kv_dtype, heads, next_n, P).maxnreg
-        runs += [(keys_m, {"halves": True, "maxnreg": cap}), (keys_m, {"halves": False, "maxnreg": None})]
+    if next_n > 1 and kv_dtype == "fp8":
+        runs += [("fp8_keys_m", {"fp8_halves": halves}) for halves in (True, False)]
     for variant, settings in runs:
         flag = new_error_flag(device)
         out = _decode(kv, q_t, w, (40, 20), table, device, variant, 48, flag=flag, settings=settings)

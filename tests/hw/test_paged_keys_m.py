@@ -91,11 +91,6 @@ CASES = [
     Case("mxfp4", 128, 64, 20, 2, (130, 70), 160, 3, spans=(((0, 66), 14), ((1, 3), 20))),
     Case("mxfp4", 128, 64, 100, 1, (70,), 80, 2, wide_query=True),
     Case("mxfp4", 64, 32, 24, 3, (40, 7), 48, 2, nan_query=True, spans=(((1, 2), 16),)),
-    # 128 columns of 2 tokens (the halves of whole tokens): wide keys in both sequences and a NaN key; a wide query
-    # row with 2-D context lengths; D 32 (one block: the natural K order, no wide key) with a NaN key
-    Case("mxfp4", 128, 64, 40, 2, (130, 70), 160, 3, nan_token=(1, 5), spans=(((0, 66), 14), ((1, 3), 20))),
-    Case("mxfp4", 64, 16, 33, 2, ((40, 17), (5, 0)), 48, 3, wide_query=True),
-    Case("mxfp4", 32, 16, 64, 2, (33, 20), 40, 3, nan_token=(0, 20)),
     Case("fp8", 64, 16, 128, 1, (20,), 24, 2),
     Case("fp8", 128, 64, 40, 2, (130, 70), 160, 3, nan_token=(1, 5)),        # 128 columns: halves of whole tokens
     Case("fp8", 64, 16, 24, 3, ((40, 41, 42), (7, 0, 3)), 48, 3),
@@ -122,16 +117,12 @@ def runs(case: Case, device) -> list[tuple[Target, str | None]]:
 
 
 def launch(path: str | None, q_v, q_s, kv_cache, weights, ctx, block_table, out, *, target: Target,
-           tokens_per_program: int | None = None, halves: bool | None = None, **shapes) -> None:
-    """km.launch_paged_keys_m on `path` (tokens_per_program: its settings override; halves False: one MMA over all
-    query columns, without a register cap), or with path WGMMA the Hopper kernel on the same arguments
-    (tokens_per_program: its tiles, rounded up to the even count it takes)."""
+           tokens_per_program: int | None = None, **shapes) -> None:
+    """km.launch_paged_keys_m on `path` (tokens_per_program: its settings override), or with path WGMMA the Hopper
+    kernel on the same arguments (tokens_per_program: its tiles, rounded up to the even count it takes)."""
     if path != WGMMA:
         settings = km.keys_m_settings(target, shapes["kv_dtype"], shapes["num_heads"], shapes["next_n"],
                                       shapes["page_size"], path=path, tokens_per_program=tokens_per_program)
-        if halves is not None and halves != settings.halves:
-            assert not halves, "the settings give the halves wherever the kernel takes them"
-            settings = dataclasses.replace(settings, halves=False, maxnreg=None)
         km.launch_paged_keys_m(q_v, q_s, kv_cache, weights, ctx, block_table, out, target=target, path=path,
                                settings=settings, **shapes)
         return
@@ -235,8 +226,8 @@ def _queries(case: Case, rng: np.random.Generator, device):
             folded.reshape(rows, case.heads))
 
 
-def run_case(case: Case, target: Target, path: str | None, device, halves: bool | None = None):
-    """(kernel output numpy, reference, bound, visible mask) of one case (halves: launch's)."""
+def run_case(case: Case, target: Target, path: str | None, device):
+    """(kernel output numpy, reference, bound, visible mask) of one case."""
     rng = case_rng(str(case))
     pool, geom, block_table = build_cache(case, rng)
     q_v, q_s, w_t, q64, w = _queries(case, rng, device)
@@ -245,7 +236,7 @@ def run_case(case: Case, target: Target, path: str | None, device, halves: bool 
     out = torch.full((rows, case.max_context_len), UNTOUCHED, dtype=torch.float32, device=device)
     launch(path, q_v, q_s, torch_cache_view(host_to_device(pool, device), geom), w_t, ctx,
            torch.from_numpy(block_table).to(device), out, target=target, tokens_per_program=case.tokens_per_program,
-           halves=halves, cap=case.max_context_len, page_stride=geom.page_stride, num_cache_pages=geom.num_pages,
+           cap=case.max_context_len, page_stride=geom.page_stride, num_cache_pages=geom.num_pages,
            next_n=case.next_n, num_heads=case.heads, head_dim=case.head_dim, page_size=case.page_size,
            kv_dtype=case.kv_dtype, tiled=case.layout == "mxfp4_tiled")
     args = (q64, pool, geom, w, np.array(case.contexts), block_table, case.max_context_len)
@@ -270,24 +261,6 @@ def test_matches_reference(case: Case, device):
             assert seen.any() and np.isnan(out[b * case.next_n:(b + 1) * case.next_n, t][seen]).all()
         if case.nan_query:
             assert np.isnan(out[0][visible[0]]).all()
-
-
-#: the cases at 128 query columns of at least two tokens (where the interpreter and NVIDIA take the halves)
-HALVES_CASES = [c for c in CASES if km.keys_m_settings(Target.INTERPRETER, c.kv_dtype, c.heads, c.next_n,
-                                                        c.page_size).halves]
-
-
-@pytest.mark.parametrize("case", HALVES_CASES, ids=str)
-def test_halves_equal_one_mma(case: Case, device):
-    """The two MMA halves of whole tokens write the logits of one MMA over all query columns bit for bit (FP8; the
-    MXFP4 fold with its exact pass: wide keys, wide and NaN query rows, D 32's natural K order)."""
-    target = target_of(device, km.paged_keys_m_kernel)
-    path = None if case.kv_dtype == "fp8" else "fold"
-    if (path is not None and target not in km.PATH_TARGETS[path]) or not km.keys_m_settings(
-            target, case.kv_dtype, case.heads, case.next_n, case.page_size, path=path).halves:
-        pytest.skip(f"no halves for {case.kv_dtype} on {target.value}")
-    halves, one = (run_case(case, target, path, device, halves=h)[0] for h in (True, False))
-    assert np.array_equal(halves.view(np.uint32), one.view(np.uint32))
 
 
 #: the fold loop's wide-key handling: wide keys in the first tile and the last, a NaN key, planar D 128 (32-bit
@@ -589,25 +562,16 @@ def test_settings_depend_on_shapes_only():
     # 128 query rows: 4 warps on NVIDIA (timed faster there), 8 on AMD (4 spill on gfx950)
     assert km.keys_m_settings(Target.NVIDIA, "mxfp4", 64, 2, 64).num_warps == 4
     assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8
-    # FP8 and the MXFP4 fold at 128 query columns of at least 2 tokens: two MMAs of whole tokens on NVIDIA and the
-    # interpreter (AMD's MXFP4 path is dot_scaled), the MXFP4 halves under a register cap on NVIDIA
-    settings = {(target, kv_dtype, heads, next_n): km.keys_m_settings(target, kv_dtype, heads, next_n, 64)
-                for target in Target for kv_dtype in ("fp8", "mxfp4") for heads, next_n in ((64, 2), (24, 3),
-                                                                                         (128, 1), (32, 2), (64, 4))}
-    assert {key for key, s in settings.items() if s.halves} == {
-        (target, kv_dtype, heads, next_n) for target in (Target.NVIDIA, Target.INTERPRETER)
-        for kv_dtype in ("fp8", "mxfp4") for heads, next_n in ((64, 2), (24, 3))}
-    assert {key for key, s in settings.items() if s.maxnreg is not None} == {
-        (Target.NVIDIA, "mxfp4", heads, next_n) for heads, next_n in ((64, 2), (24, 3))}
-    assert {s.maxnreg for s in settings.values()} == {None, km.MX_HALVES_MAXNREG}
-    if Target.INTERPRETER in km.PATH_TARGETS["dot_scaled"]:      # the interpreter from triton 3.8 on
-        assert not km.keys_m_settings(Target.INTERPRETER, "mxfp4", 64, 2, 64, path="dot_scaled").halves
+    # FP8 at 128 query columns of at least 2 tokens: two MMAs of whole tokens on NVIDIA and the interpreter
+    halves = {(target, kv_dtype, heads, next_n): km.keys_m_settings(target, kv_dtype, heads, next_n, 64).fp8_halves
+              for target in Target for kv_dtype in ("fp8", "mxfp4") for heads, next_n in ((64, 2), (24, 3), (128, 1),
+                                                                                       (32, 2), (64, 4))}
+    assert {key for key, on in halves.items() if on} == {
+        (target, "fp8", heads, next_n) for target in (Target.NVIDIA, Target.INTERPRETER)
+        for heads, next_n in ((64, 2), (24, 3))}
     # ... but one MMA on an NVIDIA grid of at most one program per SM (B1 / 32768: 128 programs of 4 tiles)
-    for kv_dtype in ("fp8", "mxfp4"):
-        for batch, cap, halves in ((1, 32768, False), (2, 32768, True), (8, 8192, True)):
-            s = km.keys_m_settings(Target.NVIDIA, kv_dtype, 64, 2, 64, grid=(batch, cap, 132))
-            assert s.halves == halves
-            assert s.maxnreg == (km.MX_HALVES_MAXNREG if halves and kv_dtype == "mxfp4" else None)
+    for batch, cap, halves in ((1, 32768, False), (2, 32768, True), (8, 8192, True)):
+        assert km.keys_m_settings(Target.NVIDIA, "fp8", 64, 2, 64, grid=(batch, cap, 132)).fp8_halves == halves
 
 
 def test_tiles_follow_the_grid_on_nvidia():
