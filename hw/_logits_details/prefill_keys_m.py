@@ -134,7 +134,7 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
 
 @triton.jit
 def _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
-    """A query block's rows `tokens` (row_in: < S): their ranges clamped to [0, SK) (ks, ke), the union of the
+    """A query block's rows `tokens` (row_in: < S): their ranges clamped to 0 <= ks, ke <= SK, the union of the
     non-empty ones [lo, hi), and the key tiles covering it [first, end), BLOCK_K-aligned (end may pass SK). The
     scorer stores every column of [first, end) of the block's rows; with clean_logits the others are -inf
     (_clean_columns)."""

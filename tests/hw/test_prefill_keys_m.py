@@ -93,7 +93,7 @@ CASES = [
     Case("mxfp4", 32, 2, tuple((0, i + 1) for i in range(40)), 40, tiles=(4, 16)),
     Case("mxfp4", 64, 3, EDGES, 97, tiles=(1, 32), spans=((0, 20), (63, 13), (96, 30)), wide_query=(5, 2)),
     # the -inf columns outside the key tiles stored by clean_outside_kernel (MXFP4's NVIDIA default) and by the scorer:
-    # leading and trailing columns, empty rows and unclamped ranges, the MXFP4 exact pass after it
+    # leading and trailing columns, empty rows and unclamped ranges, wide MXFP4 keys and query rows (the exact pass)
     Case("fp8", 64, 2, CAUSAL + MIDDLE, 100, tiles=(1, 32), apart=True),
     Case("fp8", 64, 3, CAUSAL + MIDDLE, 100, tiles=(2, 32), apart=False),
     Case("fp8", 32, 1, UNCLAMPED, 70, apart=True),
