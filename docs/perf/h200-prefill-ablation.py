@@ -74,24 +74,103 @@ from .paged_keys_m import ("""),
                    ("logits = _head_sum(", "logits = _plain_head_sum(")],
 }
 
+#: the -inf columns outside a program's key tiles, as the shipped kernel stores them (before its key loop)
+CLEAN_BEFORE = """    if CLEAN_OUTSIDE and not EXACT_PASS:
+        out_rows = out_ptr + tokens * stride_out_s
+        _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
+        _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
+"""
+FP8_LOOPS_END = """                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
+"""
+FOLD_END = """        tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
+"""
+CLEAN_BLOCK = '''@triton.jit
+def _clean_block(ks_ptr, ke_ptr, out_ptr, block, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                 COLUMNS: tl.constexpr):
+    tokens = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    row_in = tokens < S
+    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    out_rows = out_ptr + tokens * stride_out_s
+    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
+    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
+
+
+@triton.jit
+def clean_outside_kernel('''
+
+
+def _clean_after(block: str, columns: int) -> list[tuple[str, str]]:
+    """The -inf columns outside the key tiles of query block `block` stored after the key loop, `columns` at a
+    time (the FP8 loops and MXFP4's fold loop; MXFP4 with the setting clean_apart off)."""
+    call = (f"        if CLEAN_OUTSIDE:\n            _clean_block(ks_ptr, ke_ptr, out_ptr, {block}, S, SK, "
+            f"stride_out_s, BLOCK_Q, BLOCK_K, {columns})\n")
+    return [(CLEAN_BEFORE, ""), ("@triton.jit\ndef clean_outside_kernel(", CLEAN_BLOCK),
+            (FP8_LOOPS_END, FP8_LOOPS_END + call), (FOLD_END, FOLD_END + call)]
+
+
+MIRROR = "tl.program_id(0).to(tl.int64)"   # program p scores block NB-1-p: its mirror is block p
+PROBES |= {
+    # own block, wider stores, before the key loop
+    "clean_wide": [(CLEAN_BEFORE, CLEAN_BEFORE.replace("BLOCK_Q, BLOCK_K)", "BLOCK_Q, 512)"))],
+    "clean_after": _clean_after("pid", 64),
+    "clean_after_wide": _clean_after("pid", 512),
+    "clean_mirror_after": _clean_after(MIRROR, 64),
+    "clean_mirror_after_wide": _clean_after(MIRROR, 512),
+    # FP8 timeline: per program int32 [8] = SM, globaltimer_lo at its start, before the query load, after the key
+    # loops and at its end, into the module's TRACE (the launcher passes it as `wide`)
+    "trace": [
+        ("FOLD_KEYS_BLOCK = 64 ", "TRACE = None\nFOLD_KEYS_BLOCK = 64 "),
+        ("if mx else call.ks\n", "if mx else TRACE\n"),
+        ("@triton.jit\ndef _clean_columns(", '''@triton.jit
+def _now(x):
+    return tl.inline_asm_elementwise("mov.u32 $0, %globaltimer_lo;", "=r,r", [x], dtype=tl.int32, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
+def _smid(x):
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _clean_columns('''),
+        ("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)\n",
+         "pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)\n    t_start = _now(tl.program_id(0))\n"),
+        ("    NQ: tl.constexpr = BLOCK_Q * H_PAD\n",
+         "    t_query = _now(tl.program_id(0))\n    NQ: tl.constexpr = BLOCK_Q * H_PAD\n"),
+        (FP8_LOOPS_END, FP8_LOOPS_END + "        t_loop = _now(tl.program_id(0))\n"),
+        ("    elif not EXACT_PASS:\n", """        t_end = _now(tl.program_id(0))
+        i8 = tl.arange(0, 8)
+        tl.store(wide_ptr + pid * 8 + i8, tl.where(i8 == 0, _smid(tl.program_id(0)), tl.where(
+            i8 == 1, t_start, tl.where(i8 == 2, t_query, tl.where(i8 == 3, t_loop, tl.where(i8 == 4, t_end, 0))))))
+    elif not EXACT_PASS:
+"""),
+    ],
+}
+
+
+MODULES = {}   # variant name -> its patched module
+
 
 def patched_variant(feature: str, kv_dtype: str):
     """The shipped variant of kv_dtype patched into probe `feature`, registered as 'ablate_<feature>_<kv_dtype>'."""
     text = SOURCE
-    for old, new in PROBES[feature]:
+    for old, new in (r for f in feature.split("+") for r in PROBES[f]):
         if old not in text:
             raise SystemExit(f"probe {feature}: {old[:60]!r} not found in {pk.__file__}")
         text = text.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / f"_ablate_{feature}.py"
+    stem = feature.replace("+", "_")
+    path = Path(tempfile.mkdtemp()) / f"_ablate_{stem}.py"
     path.write_text(text)
-    name = f"hw._logits_details._ablate_{feature}"
+    name = f"hw._logits_details._ablate_{stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     record = module.FP8_VARIANT if kv_dtype == "fp8" else module.MXFP4_FOLD_VARIANT
-    variant = dataclasses.replace(record, name=f"ablate_{feature}_{kv_dtype}")
+    variant = dataclasses.replace(record, name=f"ablate_{stem}_{kv_dtype}")
     registry.REGISTRY[Op.PREFILL] = registry.REGISTRY[Op.PREFILL] + (variant,)
+    MODULES[variant.name] = module
     return variant.name
 
 
@@ -199,6 +278,65 @@ def stores_grid(log) -> None:
                             {"time_us": us, "TFLOPs": tf})
 
 
+def timeline(trace: torch.Tensor, slots: int) -> dict:
+    """Summary of a `trace` probe's int32 [programs, 8] record (SM, then globaltimer_lo at start, before the query
+    load, after the key loops, at the end): makespan, the share of `slots` x makespan the programs held, the summed
+    phases and the drain (from the last program's start to the end)."""
+    t = trace.view(-1, 8).cpu().to(torch.int64)
+    ns = (t[:, 1:5] - t[:, 1].min()) % 2**32                    # globaltimer_lo wraps every 4.3 s
+    start, query, loop, end = ns.unbind(1)
+    span = int(end.max())
+    sm_last_end = torch.zeros(int(t[:, 0].max()) + 1, dtype=torch.int64).scatter_reduce(0, t[:, 0], end, "amax")
+    return {"makespan_us": span / 1e3, "held": float((end - start).sum()) / (slots * span),
+            "before_query_us": float((query - start).sum()) / 1e3,
+            "query_and_loops_us": float((loop - query).sum()) / 1e3,
+            "after_loops_us": float((end - loop).sum()) / 1e3, "drain_us": (span - int(start.max())) / 1e3,
+            "first_sm_done_us": int(sm_last_end[sm_last_end > 0].min()) / 1e3,
+            "mean_program_us": float((end - start).float().mean()) / 1e3}
+
+
+def after_grid(log) -> None:
+    """The -inf columns outside the key tiles (clean_logits): before the key loop (shipped FP8; `clean_wide` 512
+    columns a store), after it (`clean_after`, `_wide`), the mirror block's after it (`clean_mirror_after`, `_wide`:
+    program p scores block NB-1-p and cleans block p, so a program's -inf columns grow with its work); MXFP4 with
+    clean_apart off for the patched forms. Outputs compared with the shipped kernel's bit for bit; then timelines
+    of the FP8 shipped and mirror forms (probe `trace`)."""
+    forms = {"fp8": ["clean_wide", "clean_after", "clean_after_wide", "clean_mirror_after", "clean_mirror_after_wide"],
+             "mxfp4": ["clean_after_wide", "clean_mirror_after", "clean_mirror_after_wide"]}
+    for kv_dtype, features in forms.items():
+        names = {"shipped": None} | {f: patched_variant(f, kv_dtype) for f in features}
+        settings = None if kv_dtype == "fp8" else {"clean_apart": False}
+        for size in (SIZE, SIZE // 2):
+            for causal in (True, False):
+                calls = {}
+                for label, name in names.items():
+                    calls[label], flops = prefill_inputs(
+                        kv_dtype, "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM, causal=causal,
+                        variant=name, launch_settings=None if name is None else settings)
+                want = calls["shipped"]()
+                same = {label: bool(torch.equal(call(), want)) for label, call in calls.items()}
+                del want
+                for round_ in (1, 2):
+                    for label, call in calls.items():
+                        us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+                        log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/{label}/{round_}",
+                            {"time_us": us, "TFLOPs": flops / us / 1e6, "output_equal": same[label]})
+                del calls
+                torch.cuda.empty_cache()
+    slots = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    for feature in ("trace", "clean_mirror_after_wide+trace"):
+        name = patched_variant(feature, "fp8")
+        for size, causal in ((SIZE, True), (SIZE, False), (SIZE // 2, True)):
+            call, _ = prefill_inputs("fp8", "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM,
+                                     causal=causal, variant=name)
+            MODULES[name].TRACE = torch.zeros(size // 8 * 8, dtype=torch.int32, device="cuda")
+            for i in range(4):
+                call()
+                torch.cuda.synchronize()
+                log(f"timeline/{size}/{'causal' if causal else 'full'}/{feature}/{i}",
+                    timeline(MODULES[name].TRACE, slots))
+
+
 def main(out_path: str, grid: str = "levers") -> None:
     log = json_recorder(out_path)
 
@@ -206,6 +344,8 @@ def main(out_path: str, grid: str = "levers") -> None:
         return tiles_grid(log)
     if grid == "stores":
         return stores_grid(log)
+    if grid == "after":
+        return after_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)
