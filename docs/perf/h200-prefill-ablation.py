@@ -1,6 +1,6 @@
 """What each part of the keys-on-M prefill scorer costs on the H200, and the top-k of the hook's prefill rows.
 
-    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles|stores]
+    PYTHONPATH=. python3 docs/perf/h200-prefill-ablation.py OUT.json [levers|tiles|stores|timeline]
 
 Every row is timed like `mxidx bench` times prefill (median of CUDA-graph replays), in one process, one run.
 GRID `levers` (the default):
@@ -21,6 +21,8 @@ full and causal, 8192 and 4096 queries = keys; both on 128 keys and 8 warps (ful
 GRID `stores`: the shipped kernel against its output stores with the L2 evict_first hint (`store_evict_first`; the
 streaming cache modifier .cs compiles to the same PTX under triton 3.6), alternating twice, FP8 and MXFP4, full and
 causal, 8192 and 4096.
+GRID `timeline`: per-program timelines of the FP8 kernel (probe `trace`: SM and globaltimer at a program's start,
+before its query load, after its key loops and at its end), summarised by `timeline`.
 """
 import dataclasses
 import importlib.util
@@ -52,8 +54,7 @@ STORES = ("""mask=row_in[:, None] & (cols[None, :] < end))""",
 PROBES = {
     "forward_order": [("pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)",
                        "pid = tl.program_id(0).to(tl.int64)")],
-    "masked_loads": [("PROMOTE_K, CLEAN, False)", "PROMOTE_K, CLEAN, True)"),
-                     ("PROMOTE_K, CLEAN, SPLIT, False)", "PROMOTE_K, CLEAN, SPLIT, True)")],
+    "masked_loads": [("PROMOTE_K, CLEAN, False)", "PROMOTE_K, CLEAN, True)")],
     "plain_store": [("""    if CLEAN and WHOLE:
         tl.store(out_cols + cols[:, None], tl.where(visible, logits, float("-inf")), mask=row_in[None, :])
     elif CLEAN:
@@ -74,48 +75,10 @@ from .paged_keys_m import ("""),
                    ("logits = _head_sum(", "logits = _plain_head_sum(")],
 }
 
-#: the -inf columns outside a program's key tiles, as the shipped kernel stores them (before its key loop)
-CLEAN_BEFORE = """    if CLEAN_OUTSIDE and not EXACT_PASS:
-        out_rows = out_ptr + tokens * stride_out_s
-        _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
-        _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
-"""
 FP8_LOOPS_END = """                      BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
 """
-FOLD_END = """        tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
-"""
-CLEAN_BLOCK = '''@triton.jit
-def _clean_block(ks_ptr, ke_ptr, out_ptr, block, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                 COLUMNS: tl.constexpr):
-    tokens = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    row_in = tokens < S
-    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
-    out_rows = out_ptr + tokens * stride_out_s
-    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
-    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
 
-
-@triton.jit
-def clean_outside_kernel('''
-
-
-def _clean_after(block: str, columns: int) -> list[tuple[str, str]]:
-    """The -inf columns outside the key tiles of query block `block` stored after the key loop, `columns` at a
-    time (the FP8 loops and MXFP4's fold loop; MXFP4 with the setting clean_apart off)."""
-    call = (f"        if CLEAN_OUTSIDE:\n            _clean_block(ks_ptr, ke_ptr, out_ptr, {block}, S, SK, "
-            f"stride_out_s, BLOCK_Q, BLOCK_K, {columns})\n")
-    return [(CLEAN_BEFORE, ""), ("@triton.jit\ndef clean_outside_kernel(", CLEAN_BLOCK),
-            (FP8_LOOPS_END, FP8_LOOPS_END + call), (FOLD_END, FOLD_END + call)]
-
-
-MIRROR = "tl.program_id(0).to(tl.int64)"   # program p scores block NB-1-p: its mirror is block p
 PROBES |= {
-    # own block, wider stores, before the key loop
-    "clean_wide": [(CLEAN_BEFORE, CLEAN_BEFORE.replace("BLOCK_Q, BLOCK_K)", "BLOCK_Q, 512)"))],
-    "clean_after": _clean_after("pid", 64),
-    "clean_after_wide": _clean_after("pid", 512),
-    "clean_mirror_after": _clean_after(MIRROR, 64),
-    "clean_mirror_after_wide": _clean_after(MIRROR, 512),
     # FP8 timeline: per program int32 [8] = SM, globaltimer_lo at its start, before the query load, after the key
     # loops and at its end, into the module's TRACE (the launcher passes it as `wide`)
     "trace": [
@@ -295,46 +258,18 @@ def timeline(trace: torch.Tensor, slots: int) -> dict:
             "mean_program_us": float((end - start).float().mean()) / 1e3}
 
 
-def after_grid(log) -> None:
-    """The -inf columns outside the key tiles (clean_logits): before the key loop (shipped FP8; `clean_wide` 512
-    columns a store), after it (`clean_after`, `_wide`), the mirror block's after it (`clean_mirror_after`, `_wide`:
-    program p scores block NB-1-p and cleans block p, so a program's -inf columns grow with its work); MXFP4 with
-    clean_apart off for the patched forms. Outputs compared with the shipped kernel's bit for bit; then timelines
-    of the FP8 shipped and mirror forms (probe `trace`)."""
-    forms = {"fp8": ["clean_wide", "clean_after", "clean_after_wide", "clean_mirror_after", "clean_mirror_after_wide"],
-             "mxfp4": ["clean_after_wide", "clean_mirror_after", "clean_mirror_after_wide"]}
-    for kv_dtype, features in forms.items():
-        names = {"shipped": None} | {f: patched_variant(f, kv_dtype) for f in features}
-        settings = None if kv_dtype == "fp8" else {"clean_apart": False}
-        for size in (SIZE, SIZE // 2):
-            for causal in (True, False):
-                calls = {}
-                for label, name in names.items():
-                    calls[label], flops = prefill_inputs(
-                        kv_dtype, "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM, causal=causal,
-                        variant=name, launch_settings=None if name is None else settings)
-                want = calls["shipped"]()
-                same = {label: bool(torch.equal(call(), want)) for label, call in calls.items()}
-                del want
-                for round_ in (1, 2):
-                    for label, call in calls.items():
-                        us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
-                        log(f"{size}/{kv_dtype}/{'causal' if causal else 'full'}/{label}/{round_}",
-                            {"time_us": us, "TFLOPs": flops / us / 1e6, "output_equal": same[label]})
-                del calls
-                torch.cuda.empty_cache()
-    slots = 2 * torch.cuda.get_device_properties(0).multi_processor_count
-    for feature in ("trace", "clean_mirror_after_wide+trace"):
-        name = patched_variant(feature, "fp8")
-        for size, causal in ((SIZE, True), (SIZE, False), (SIZE // 2, True)):
-            call, _ = prefill_inputs("fp8", "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM,
-                                     causal=causal, variant=name)
-            MODULES[name].TRACE = torch.zeros(size // 8 * 8, dtype=torch.int32, device="cuda")
-            for i in range(4):
-                call()
-                torch.cuda.synchronize()
-                log(f"timeline/{size}/{'causal' if causal else 'full'}/{feature}/{i}",
-                    timeline(MODULES[name].TRACE, slots))
+def timeline_grid(log) -> None:
+    """Timelines of the shipped FP8 kernel (probe `trace`): 8192 causal and full, 4096 causal, four calls each."""
+    slots = 2 * torch.cuda.get_device_properties(0).multi_processor_count     # two programs per SM (registers)
+    name = patched_variant("trace", "fp8")
+    for size, causal in ((SIZE, True), (SIZE, False), (SIZE // 2, True)):
+        call, _ = prefill_inputs("fp8", "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM,
+                                 causal=causal, variant=name)
+        MODULES[name].TRACE = torch.zeros(size // 8 * 8, dtype=torch.int32, device="cuda")   # 8 tokens a program
+        for i in range(4):
+            call()
+            torch.cuda.synchronize()
+            log(f"timeline/{size}/{'causal' if causal else 'full'}/{i}", timeline(MODULES[name].TRACE, slots))
 
 
 def main(out_path: str, grid: str = "levers") -> None:
@@ -344,8 +279,8 @@ def main(out_path: str, grid: str = "levers") -> None:
         return tiles_grid(log)
     if grid == "stores":
         return stores_grid(log)
-    if grid == "after":
-        return after_grid(log)
+    if grid == "timeline":
+        return timeline_grid(log)
     for causal in (False, True):
         mode = "causal" if causal else "full"
         us, tf = prefill_case("fp8", causal)

@@ -1,5 +1,6 @@
 """Prefill with clean_logits on the H200: the -inf columns outside each program's key tiles stored by the scorer
-before its key loop against clean_outside_kernel after it (prefill_keys_m's setting clean_apart, MXFP4's NVIDIA
+(before its key loop at commit 154f4fb, the run in h200-prefill-clean-apart.json; the mirror block's after it since)
+against clean_outside_kernel after it (prefill_keys_m's setting clean_apart, MXFP4's NVIDIA
 default); FP8 and MXFP4, 8192 and 4096 queries = keys, H32 / D128, full and causal; timed as `mxidx bench` times
 prefill (median of CUDA-graph replays), the forms alternating over two rounds in one process, their outputs compared
 bit for bit (every entry, -inf included). Command:

@@ -19,8 +19,9 @@ the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps fr
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
 are scored, their scores never stored), only the tile reaching past SK masks its loads. With clean_logits every other
 entry of its rows is -inf: the tiles of the loop store -inf where a row does not see a key; the columns before and
-after them are stored by two store-only loops, in the program before its key loop or, with the setting clean_apart
-(MXFP4 on NVIDIA, where the scorer without those loops has no stack frame), by clean_outside_kernel after it.
+after them are stored by two store-only loops, after the key loop of the program scoring the mirror block (program
+p's block p; the same grid) or, with the setting clean_apart (MXFP4 on NVIDIA, where the scorer without those loops
+has no stack frame), by clean_outside_kernel after the scorer.
 
 MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
@@ -147,18 +148,26 @@ def _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _clean_outside(ks_ptr, ke_ptr, out_ptr, block, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                   COLUMNS: tl.constexpr):
+    """-inf into the columns outside [first, end) (_key_span) of query block `block`'s rows, COLUMNS at a time."""
+    tokens = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    row_in = tokens < S
+    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    out_rows = out_ptr + tokens * stride_out_s
+    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
+    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
+
+
+@triton.jit
 def clean_outside_kernel(ks_ptr, ke_ptr, out_ptr, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                          COLUMNS: tl.constexpr):
     """-inf into the columns outside [first, end) (_key_span) of every block of BLOCK_Q query rows: what
     prefill_keys_m_kernel leaves to it with clean_logits when it does not store them itself (CLEAN_OUTSIDE False;
     the same BLOCK_Q and BLOCK_K). ks/ke int32 [S]; out fp32 [S, SK], row stride stride_out_s. Grid (cdiv(S,
     BLOCK_Q),), block p in program p."""
-    tokens = tl.program_id(0).to(tl.int64) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    row_in = tokens < S
-    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
-    out_rows = out_ptr + tokens * stride_out_s
-    _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
-    _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
+    _clean_outside(ks_ptr, ke_ptr, out_ptr, tl.program_id(0).to(tl.int64), S, SK, stride_out_s, BLOCK_Q, BLOCK_K,
+                   COLUMNS)
 
 
 @triton.jit
@@ -280,12 +289,16 @@ def prefill_keys_m_kernel(
     k_v and k_s (MXFP4's fold pass; else unused). Innermost
     dimensions contiguous; strides in elements; key offsets (column * stride) fit int32; flag: int32 [4] error
     flag (HAS_FLAG: a range outside 0 <= ks <= ke <= SK is reported by the first pass). CLEAN: -inf into the
-    invisible columns of the key tiles; CLEAN_OUTSIDE (with CLEAN): also into the columns outside them (else
-    clean_outside_kernel's). Grid (cdiv(S, BLOCK_Q),)."""
+    invisible columns of the key tiles; CLEAN_OUTSIDE (with CLEAN): also into the columns outside them, by the
+    program whose program_id is the block's index (else clean_outside_kernel's). Grid (cdiv(S, BLOCK_Q),)."""
     tl.static_assert(CLEAN or not CLEAN_OUTSIDE)
     # the last query tokens first: in causal and ragged batches they see the most keys, so the short programs
-    # fill the tail of the grid instead of the long ones
+    # fill the tail of the grid instead of the long ones. With CLEAN_OUTSIDE the program stores, after its key
+    # loop, the -inf columns outside the key tiles of its mirror block (block program_id): in a causal batch the
+    # long rows' programs take the short rows' many -inf columns, which then leave HBM beside other programs' MMAs
+    # instead of in a burst that ends the grid
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    mirror = tl.program_id(0).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
     if HAS_FLAG and not EXACT_PASS:
@@ -294,10 +307,6 @@ def prefill_keys_m_kernel(
     ks, ke, lo, hi, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
-    if CLEAN_OUTSIDE and not EXACT_PASS:
-        out_rows = out_ptr + tokens * stride_out_s
-        _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, BLOCK_K)
-        _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, BLOCK_K)
 
     NQ: tl.constexpr = BLOCK_Q * H_PAD
     m = tl.arange(0, NQ)
@@ -318,6 +327,8 @@ def prefill_keys_m_kernel(
         for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
             _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, d, qt, w, ks, ke, out_cols, row_in, SK,
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
+        if CLEAN_OUTSIDE:
+            _clean_outside(ks_ptr, ke_ptr, out_ptr, mirror, S, SK, stride_out_s, BLOCK_Q, BLOCK_K, BLOCK_K)
     elif not EXACT_PASS:
         # the query rows, converted once
         G: tl.constexpr = D // MX_BLOCK
@@ -352,6 +363,8 @@ def prefill_keys_m_kernel(
                                     SK, BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
 
         tl.store(wide_ptr + pid, tl.max(wide_keys) * WIDE_KEY + q_wide * WIDE_QUERY)
+        if CLEAN_OUTSIDE:
+            _clean_outside(ks_ptr, ke_ptr, out_ptr, mirror, S, SK, stride_out_s, BLOCK_Q, BLOCK_K, BLOCK_K)
     else:
         # the exact pass: every tile for a wide query row, else the tiles that hold a wide key
         flags = tl.load(wide_ptr + pid)
