@@ -14,8 +14,8 @@ MAX_WIDTH = 2 ** 31 - 1   # column indices are int32
 
 
 def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
-                  starts: torch.Tensor | None = None, out: torch.Tensor | None = None, variant: str | None = None,
-                  launch_settings: dict | None = None) -> torch.Tensor:
+                  starts: torch.Tensor | None = None, out: torch.Tensor | None = None, sorted: bool = True,
+                  variant: str | None = None, launch_settings: dict | None = None) -> torch.Tensor:
     """Indices of the k largest visible logits of every row.
 
     logits   float32 [rows, W]; any row stride (stride(0) >= 0), unit column stride (stride(1) == 1).
@@ -27,6 +27,9 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     Returns  int32 [rows, k], contiguous: absolute column indices ordered by (value desc, index asc) with
              +inf > finite > -inf > NaN (-0.0 == +0.0; all NaNs equal); a row with fewer than k visible
              columns is padded with -1. Invisible columns are never read.
+    sorted   False: the same selection (bit for bit the same set) in ascending column order, then the -1 padding:
+             for consumers that gather the selected keys and need no order; faster (no ordering pass, and rows
+             with at most k visible columns are not read).
 
     variant  a hw.variants name of Op.TOPK (all give the same results, bit for bit), else the target's default;
              launch_settings: fields of its settings to replace (tuning, tests).
@@ -61,5 +64,5 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
         return out
     if width == 0:
         return out.fill_(-1)
-    chosen.run(TopKCall(logits, lengths, starts, out), target, launch_settings)
+    chosen.run(TopKCall(logits, lengths, starts, out, bool(sorted)), target, launch_settings)
     return out

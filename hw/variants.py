@@ -15,7 +15,7 @@ import os
 import pkgutil
 
 from ._logits_details import paged_keys_m, paged_keys_m_wgmma, paged_variants, prefill_keys_m, prefill_variants
-from ._topk_details import radix_fast
+from ._topk_details import fast as topk_fast
 from ._topk_details import variants as topk_variants
 from .isa_spec import CompileSpec
 from .targets import Op, Target, Variant
@@ -26,7 +26,7 @@ REGISTRY: dict[Op, tuple[Variant, ...]] = {
     Op.DECODE: (paged_keys_m.FP8_VARIANT, paged_keys_m_wgmma.VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT,
                 paged_keys_m.MXFP4_DOT_SCALED_VARIANT,
                 paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK),
-    Op.TOPK: (radix_fast.VARIANT, topk_variants.PER_ROW, topk_variants.ROWS_TILE),
+    Op.TOPK: (topk_fast.VARIANT, topk_variants.PER_ROW, topk_variants.ROWS_TILE),
 }
 
 

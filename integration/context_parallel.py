@@ -151,17 +151,18 @@ def _all_gather(out: torch.Tensor, inp: torch.Tensor, group) -> None:
     gather(out, inp, group=group)
 
 
-def merge_top_k(values: torch.Tensor, positions: torch.Tensor, group=None) -> torch.Tensor:
+def merge_top_k(values: torch.Tensor, positions: torch.Tensor, group=None, sorted: bool = True) -> torch.Tensor:
     """The global top-k of every row from the ranks' local top-k: one all-gather, then one selection.
 
     Called by every rank of `group` (None: the default group) with the same number of rows:
-    values     float32 [rows, k]: the logits of this rank's local top-k, best first (entries of padding slots are
+    values     float32 [rows, k]: the logits of this rank's local top-k, in any order (entries of padding slots are
                never read)
     positions  int32 [rows, k]: their global positions, -1 for padding (a rank's positions are distinct from
                every other rank's)
     Returns    int32 [rows, k], the same on every rank: the k best candidates of all ranks ordered by (value desc,
                position asc) with +inf > finite > -inf > NaN, -0.0 == +0.0 and all NaNs equal (the order of
-               hw.top_k_per_row, which makes the selection), -1 padded.
+               hw.top_k_per_row, which makes the selection), -1 padded; sorted=False: the same selection in
+               ascending position order, -1 last.
 
     Each rank contributes rows x k x 8 bytes and gathers R times that. No host sync (graph-capturable under
     NCCL).
@@ -179,7 +180,7 @@ def merge_top_k(values: torch.Tensor, positions: torch.Tensor, group=None) -> to
     # columns in global position order (padding last), so that the kernel's index tie rule is the position rule
     by_position, order = torch.sort(torch.where(cand_positions < 0, INT32_MAX, cand_positions), dim=1)
     count = (cand_positions >= 0).sum(dim=1, dtype=torch.int32)
-    best = ops.top_k_per_row(cand_values.gather(1, order).contiguous(), count, k, None)
+    best = ops.top_k_per_row(cand_values.gather(1, order).contiguous(), count, k, None, sorted)
     return torch.where(best >= 0, by_position.gather(1, best.clamp(min=0).long()), PAD_INDEX)
 
 
@@ -252,14 +253,16 @@ class ContextParallelIndexer(SparseIndexer):
     Call: hook(q, k, weights, metadata) with q, k, weights of all T new tokens (the same on every rank) and this
     rank's slot_mapping (Sharding.slot_mapping: -1 where another rank owns the token) and block_table; decode
     metadata takes a ContextParallelSchedule of this rank as its schedule. Returns int32 [T, top_k], the same on
-    every rank and equal to SparseIndexer's on one device holding every key: global positions, best first, -1
-    padded. Every rank of the group must make the same calls (each runs one collective per call).
+    every rank and equal to SparseIndexer's on one device holding every key: global positions (ascending, or best
+    first with sorted_top_k), -1 padded. Every rank of the group must make the same calls (each runs one collective
+    per call).
     """
 
     def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
-                 sharding: Sharding, group=None, validate: bool = False, pool_layout=None, error_flag=None):
+                 sharding: Sharding, group=None, validate: bool = False, pool_layout=None, error_flag=None,
+                 sorted_top_k: bool = False):
         super().__init__(decision, kv_cache, top_k=top_k, max_context_len=max_context_len, validate=validate,
-                         pool_layout=pool_layout, error_flag=error_flag)
+                         pool_layout=pool_layout, error_flag=error_flag, sorted_top_k=sorted_top_k)
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("context-parallel indexing needs torch.distributed: call "
                              "torch.distributed.init_process_group first")
@@ -285,7 +288,8 @@ class ContextParallelIndexer(SparseIndexer):
         super()._check_schedule(sched, block_table)
 
     def _merge(self, values: torch.Tensor, local_top: torch.Tensor) -> torch.Tensor:
-        return merge_top_k(values, self.sharding.global_position(local_top, self.rank), self.group)
+        return merge_top_k(values, self.sharding.global_position(local_top, self.rank), self.group,
+                           self.sorted_top_k)
 
     def _keys_held(self, seq_len: int) -> int:
         return self.sharding.local_capacity(seq_len, self.rank)
@@ -298,7 +302,7 @@ class ContextParallelIndexer(SparseIndexer):
         values = torch.zeros((meta.num_tokens, self.top_k), dtype=torch.float32, device=device)
         local_top = torch.full((meta.num_tokens, self.top_k), PAD_INDEX, dtype=torch.int32, device=device)
         for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
-            top = ops.top_k_per_row(logits, ends, self.top_k, None)
+            top = ops.top_k_per_row(logits, ends, self.top_k, None, False)
             local_top[rows] = top
             values[rows] = logits.gather(1, top.clamp(min=0).long())
         return self._merge(values, local_top)
@@ -312,5 +316,5 @@ class ContextParallelIndexer(SparseIndexer):
         logits = ops.fp8_fp4_paged_mqa_logits(*q_4d, self.kv_cache, weights, sched.local_context_lens,
                                               meta.block_table, sched.schedule_meta, self.local_width, False,
                                               self.layout, validate, self.error_flag)
-        local_top = ops.top_k_per_row(logits, sched.local_row_lengths, self.top_k, None)
+        local_top = ops.top_k_per_row(logits, sched.local_row_lengths, self.top_k, None, False)
         return self._merge(logits.gather(1, local_top.clamp(min=0).long()), local_top)

@@ -8,7 +8,8 @@ Its inputs mirror what a serving engine's sparse-indexer op receives:
     metadata PrefillMetadata | DecodeMetadata
 
 and it returns int32[T, top_k]: for each new token the positions (token index within its request, 0-based) of the
-top_k keys it should attend to, ordered by logit (desc), padded with -1 when fewer than top_k are visible.
+top_k keys it should attend to, ascending (the set is what sparse attention reads; `sorted_top_k=True` orders it by
+logit, desc, as hw.top_k_per_row does), padded with -1 when fewer than top_k are visible.
 
 Per call: K is quantized and written into this layer's cache view (hw.indexer_k_quant_and_cache); q is quantized
 (FP8: hw.quantize_q_fp8 folds its per-(token, head) scale into the weights; MXFP4: hw.quantize_q_mxfp4); then
@@ -107,6 +108,8 @@ class SparseIndexer:
                      decision of another format or layout, and calls whose head dim is not the pool's.
     error_flag:      the int32 [4] error flag the kernels report to (hw.checks.new_error_flag; IndexerPool.error_flag
                      shares one among the layers); None: the hook makes its own. check_errors() reads it.
+    sorted_top_k:    False (default): each token's selection in ascending position order (hw.top_k_per_row's
+                     sorted=False: the same set, faster); True: ordered by (logit desc, position asc).
 
     Every call checks dtypes, shapes and devices on the host (no sync) and raises ValueError naming the argument
     before it writes the cache.
@@ -114,7 +117,7 @@ class SparseIndexer:
 
     def __init__(self, decision: GateDecision, kv_cache: torch.Tensor, *, top_k: int, max_context_len: int,
                  validate: bool = False, pool_layout: PoolLayout | None = None,
-                 error_flag: torch.Tensor | None = None):
+                 error_flag: torch.Tensor | None = None, sorted_top_k: bool = False):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_K:
             raise ValueError(f"top_k must be an int in 1..{MAX_K}, got {top_k!r}")
         if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 1:
@@ -127,6 +130,7 @@ class SparseIndexer:
         self.top_k = top_k
         self.max_context_len = max_context_len
         self.validate = check_flag("validate", validate)
+        self.sorted_top_k = check_flag("sorted_top_k", sorted_top_k)
         if pool_layout is not None:
             if not isinstance(pool_layout, PoolLayout):
                 raise ValueError(f"pool_layout must be an integration.pool.PoolLayout, got "
@@ -261,7 +265,7 @@ class SparseIndexer:
     def _prefill(self, q_pair, weights: torch.Tensor, meta: PrefillMetadata, validate: bool) -> torch.Tensor:
         out = None
         for rows, logits, ends in self._prefill_logits(q_pair, weights, meta, validate):
-            top = ops.top_k_per_row(logits, ends, self.top_k, None)
+            top = ops.top_k_per_row(logits, ends, self.top_k, None, self.sorted_top_k)
             if rows == slice(0, meta.num_tokens):
                 return top                      # one request holds every row: its top-k is the output, no copy
             out = self._no_top_k(meta, weights.device) if out is None else out
@@ -281,4 +285,4 @@ class SparseIndexer:
         logits = ops.fp8_fp4_paged_mqa_logits(*q_4d, self.kv_cache, weights, sched.context_lens, meta.block_table,
                                               sched.schedule_meta, self.max_context_len, False, self.layout,
                                               validate, self.error_flag)
-        return ops.top_k_per_row(logits, sched.row_lengths, self.top_k, None)
+        return ops.top_k_per_row(logits, sched.row_lengths, self.top_k, None, self.sorted_top_k)

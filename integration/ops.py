@@ -23,7 +23,7 @@ dispatcher (about 20 us a call), and both paths run the same function.
         error_flag!) -> fp32 [S, SK]
     fp8_fp4_paged_mqa_logits(q_values, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta,
         max_context_len, clean_logits, layout, validate, error_flag!) -> fp32 [B*N, max_context_len]
-    top_k_per_row(logits, lengths, k, starts) -> int32 [rows, k]
+    top_k_per_row(logits, lengths, k, starts, sorted) -> int32 [rows, k]
 
 (`!`: written in place; error_flag is the hook's hw.checks error flag, which the kernels report to.) The argument
 contracts are the launchers' (hw.quant, hw.gather, hw.logits, hw.topk).
@@ -152,11 +152,12 @@ def fp8_fp4_paged_mqa_logits(q_values: torch.Tensor, q_scales: torch.Tensor | No
                                        validate=validate, error_flag=error_flag)
 
 
-def _top_k_fake(logits, lengths, k, starts):
+def _top_k_fake(logits, lengths, k, starts, sorted):
     return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
 
 
 @_traced("top_k_per_row", (), _top_k_fake, static_ints=("k",))
-def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, starts: torch.Tensor | None) -> torch.Tensor:
-    """hw.top_k_per_row(logits, lengths, k, starts=starts) -> int32 [rows, k]."""
-    return hw.top_k_per_row(logits, lengths, k, starts=starts)
+def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, starts: torch.Tensor | None,
+                  sorted: bool) -> torch.Tensor:
+    """hw.top_k_per_row(logits, lengths, k, starts=starts, sorted=sorted) -> int32 [rows, k]."""
+    return hw.top_k_per_row(logits, lengths, k, starts=starts, sorted=sorted)

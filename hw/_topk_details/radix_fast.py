@@ -70,7 +70,7 @@ import triton.language as tl
 
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, sm_count
+from ..targets import Target
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 from .variants import PER_ROW, TopKCall
 
@@ -638,7 +638,9 @@ def _candidates_kernel(
     ends_ptr,             # *i32 [rows]
     gid_ptr,              # *i32 [rows, groups]: _tau_kernel's group ids
     meta_ptr,             # *i32 [rows, META] from _tau_kernel; the count grows by this program's candidates
-    cand_ptr,             # *i32 [rows, 2 * CAP] receives candidate columns, then their keys, in any order
+    cand_ptr,             # *i32 [rows, 2 * CAP] (CHUNK_IDS: 3 * CAP) receives candidate columns, then their
+                          #     keys (then their chunks), in any order
+    chunk_ptr,            # *i32 [rows, num_programs(1), 2] (CHUNK_IDS): each chunk's first slot and its count
     width,                # i32 W
     stride_row,
     groups,               # i32
@@ -646,11 +648,13 @@ def _candidates_kernel(
     CAP: tl.constexpr,
     BLOCK: tl.constexpr,  # columns per program: BLOCK // GROUP of the qualifying groups
     GROUP: tl.constexpr,  # columns per group
+    CHUNK_IDS: tl.constexpr,   # record where each chunk's candidates went (column order can be restored)
     PDL: tl.constexpr,
 ):
     """Append the visible keys >= tau of one chunk of a row's qualifying groups (every key >= tau lies in one) to
-    the row's candidates: slots from one atomic add per program, those past CAP dropped (the count still
-    grows). Grid (rows, cdiv(groups, BLOCK // GROUP)); the programs past the qualifying groups return."""
+    the row's candidates, in column order within the chunk: slots from one atomic add per program, those past CAP
+    dropped (the count still grows). Grid (rows, cdiv(groups, BLOCK // GROUP)); the programs past the qualifying
+    groups return."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     GROUPS: tl.constexpr = BLOCK // GROUP
@@ -670,11 +674,17 @@ def _candidates_kernel(
         key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
         is_cand = key >= tau
         flags = is_cand.to(tl.int32)
-        slot = tl.atomic_add(meta_row + _META_COUNT, tl.sum(flags, 0), sem="relaxed") + tl.cumsum(flags, 0) - flags
+        first = tl.atomic_add(meta_row + _META_COUNT, tl.sum(flags, 0), sem="relaxed")
+        slot = first + tl.cumsum(flags, 0) - flags
         keep = is_cand & (slot < CAP)
-        cand_row = cand_ptr + row * (2 * CAP)
+        cand_row = cand_ptr + row * ((3 if CHUNK_IDS else 2) * CAP)
         tl.store(cand_row + slot, cols, mask=keep)
         tl.store(cand_row + CAP + slot, key.to(tl.int32, bitcast=True), mask=keep)
+        if CHUNK_IDS:
+            tl.store(cand_row + 2 * CAP + slot, chunk + flags * 0, mask=keep)
+            chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
+            tl.store(chunk_row, first)
+            tl.store(chunk_row + 1, tl.sum(flags, 0))
 
 
 @triton.jit
@@ -887,8 +897,9 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
                              TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
         _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
-            logits, starts_arg, lengths, gmax, meta, cand, width, logits.stride(0), groups, HAS_STARTS=has_starts,
-            CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, num_warps=tiling.cand_warps, **pdl)
+            logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
+            HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
+            num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
     _order_kernel[(rows, order_programs(order, group))](
@@ -910,7 +921,8 @@ _GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
 _TAU_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32", "meta_ptr": "*i32", "width": "i32",
                   "groups": "i32", "k": "i32"}
 _CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gid_ptr": "*i32",
-                   "meta_ptr": "*i32", "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "groups": "i32"}
+                   "meta_ptr": "*i32", "cand_ptr": "*i32", "chunk_ptr": "*i32", "width": "i32", "stride_row": "i32",
+                   "groups": "i32"}
 
 
 def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
@@ -950,7 +962,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
-                                "PDL": tiling.pdl}),
+                                "CHUNK_IDS": False, "PDL": tiling.pdl}),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
                     signature=_SIGNATURE | {"meta_ptr": "*i32"}, constexprs=common | {"BLOCK": tiling.block},
                     targets=ISA_TARGETS),
@@ -962,24 +974,3 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
 # the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
               (8192, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))
-
-
-def _launch_variant(call, tiling: FastTiling) -> None:
-    _launch(call.logits, call.lengths, call.starts, call.out, tiling)
-
-
-def _settings(target: Target, call) -> FastTiling:
-    rows, width = call.logits.shape
-    nvidia = target is Target.NVIDIA
-    return fast_tiling(width, call.k, pdl=nvidia, rows=rows,
-                       sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
-
-
-#: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs (into VGPR lanes)
-VARIANT = Variant(
-    name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
-    default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
-    settings=_settings,
-    launch=_launch_variant, precision=None,
-    isa_specs=lambda: tuple(spec for shape in ISA_SHAPES for spec in isa_specs(*shape)),
-    summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs")

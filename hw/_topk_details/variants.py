@@ -27,6 +27,7 @@ class TopKCall:
     lengths: torch.Tensor
     starts: torch.Tensor | None
     out: torch.Tensor
+    sorted: bool = True   # False: the same selection in ascending column order (hw.top_k_per_row's `sorted`)
 
     @property
     def k(self) -> int:
@@ -39,12 +40,21 @@ class PerRowSettings:
     num_warps: int
 
 
+def in_column_order(out: torch.Tensor) -> None:
+    """Rewrite a sorted top-k (int32 [rows, k], -1 padded) in place as the same selection in ascending column
+    order, -1 last: the column-order form of the variants whose kernels only sort (one device sort, no sync)."""
+    key = torch.where(out < 0, torch.iinfo(torch.int32).max, out).sort(dim=1).values
+    out.copy_(key.masked_fill_(key == torch.iinfo(torch.int32).max, -1))
+
+
 def _launch_per_row(call: TopKCall, s: PerRowSettings) -> None:
     logits, starts = call.logits, call.starts
     top_k_per_row_kernel[(logits.shape[0],)](
         logits, call.lengths if starts is None else starts, call.lengths, call.out, logits.shape[1],
         logits.stride(0), call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), BLOCK=s.block,
         num_warps=s.num_warps)
+    if not call.sorted:
+        in_column_order(call.out)
 
 
 def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
@@ -53,6 +63,8 @@ def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
         logits, call.lengths if starts is None else starts, call.lengths, call.out, rows, width, logits.stride(0),
         call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), ROWS=s.rows, BLOCK=s.block,
         RANK_CHUNK=s.rank_chunk)
+    if not call.sorted:
+        in_column_order(call.out)
 
 
 PER_ROW = Variant(
@@ -61,11 +73,13 @@ PER_ROW = Variant(
     settings=lambda target, call: PerRowSettings(BLOCK, NUM_WARPS), launch=_launch_per_row, precision=None,
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
     isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
-    summary="one program per row: radix select, compaction, tl.sort of the selected")
+    summary="one program per row: radix select, compaction, tl.sort of the selected (sorted=False: then a device "
+            "sort by column)")
 #: the interpreter only: its tiles are sized for NumPy, not for a GPU's registers
 ROWS_TILE = Variant(
     name="rows_tile", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.INTERPRETER}),
     default_on=frozenset({Target.INTERPRETER}),
     settings=lambda target, call: rows_tiling(*call.logits.shape, call.k), launch=_launch_rows_tile, precision=None,
     isa_specs=lambda: (),
-    summary="many rows per program, rank placement instead of tl.sort (the interpreter)")
+    summary="many rows per program, rank placement instead of tl.sort (the interpreter; sorted=False: then a "
+            "device sort by column)")

@@ -11,11 +11,13 @@ import torch
 
 from hw._logits_details import paged_keys_m as km
 from hw._pdl import pdl_launch
-from hw._topk_details import radix_fast
+from hw._topk_details import column_order, radix_fast
+from hw._topk_details import fast as topk_fast
 from hw.targets import Target
 
 KERNELS = (km.paged_keys_m_kernel, radix_fast._topk_row_kernel, radix_fast._group_max_kernel, radix_fast._tau_kernel,
-           radix_fast._candidates_kernel, radix_fast._topk_long_kernel, radix_fast._order_kernel)
+           radix_fast._candidates_kernel, radix_fast._topk_long_kernel, radix_fast._order_kernel,
+           column_order._columns_row_kernel, column_order._columns_long_kernel)
 
 
 def test_launch_keywords():
@@ -28,8 +30,8 @@ def test_wanted_on_nvidia_only():
     for target in Target:
         assert km.keys_m_settings(target, "fp8", 32, 1, 64).pdl == (target is Target.NVIDIA)
         call = SimpleNamespace(logits=torch.empty(1, 131072), k=2048)
-        if radix_fast.VARIANT.runs_on(target):
-            assert radix_fast.VARIANT.settings(target, call).pdl == (target is Target.NVIDIA)
+        if topk_fast.VARIANT.runs_on(target):
+            assert topk_fast.VARIANT.settings(target, call).pdl == (target is Target.NVIDIA)
 
 
 def test_kernels_wait_before_anything_else():

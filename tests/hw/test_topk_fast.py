@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import hw
-from hw._topk_details import radix_fast
+from hw._topk_details import column_order, radix_fast
+from hw._topk_details import fast as topk_fast
 from hw._topk_details.radix_fast import FastTiling
 from hw.targets import Target
 from sim.topk import top_k as sim_top_k
@@ -256,7 +257,7 @@ def test_register_cap_from_rows_per_sm():
     assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
     assert 2 * radix_fast.NUM_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
     call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048)   # a CPU tensor: no SM count to ask for
-    assert radix_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
+    assert topk_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
 
 
 def test_many_rows_kernel_cross_compiles():
@@ -356,3 +357,119 @@ def test_scratch_is_never_trusted(device, monkeypatch):
         radix_fast._launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
         assert_exact(out.cpu().numpy(), sim_top_k(x, case.k, starts=starts, ends=ends),
                      f"top-k indices over poisoned scratch ({tiling})")
+
+
+# ------------------------------------------------------------------------------------ sorted=False (column order)
+def in_column_order(indices: np.ndarray) -> np.ndarray:
+    """The oracle's column-order form: a sorted top-k (-1 padded) with its selection ascending, -1 last."""
+    top = np.iinfo(np.int32).max
+    key = np.sort(np.where(indices < 0, top, indices), axis=1)
+    return np.where(key == top, -1, key).astype(np.int32)
+
+
+# the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile, many
+# rows in three tiers, the long path with a small candidate tile and with a tiny one (streaming fallback)
+COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap")
+
+
+def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
+    tiling = tiling or radix_fast.fast_tiling(case.width, case.k)
+    column_order.launch_columns(logits, lengths, starts_t, out, tiling)
+    return out.cpu().numpy()
+
+
+#: rows that stress the threshold: thousands of equal values straddling the k-th place at k = 2048, rows of
+#: lengths k - 1, k, k + 1, past W and negative; all-NaN, all -inf and +-0.0 rows (values "rowwise")
+COLUMN_CASES = [
+    Case("k2048_ties", 2600, 2048, (2600, 2049, 2048, 2047, 1, 0, -3, 5000), values="ties"),
+    Case("nonfinite_rows", 700, 64, (700, 700, 700, 700, 65, 64), values="rowwise"),
+]
+
+
+def _rowwise(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """Row 0 all NaN, 1 all -inf, 2 +0.0 / -0.0 mixed, 3 NaN / +-inf / 0.0 mixed, the rest +-0.0 and 1.0."""
+    x = _logits(dataclasses.replace(case, values="normal"), rng)
+    starts, ends = _clamped_ranges(case)
+    rows = [np.full(case.width, np.nan), np.full(case.width, -np.inf),
+            rng.choice(np.array([0.0, -0.0], dtype=np.float32), case.width),
+            rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float32), case.width)]
+    for r in range(len(case.lengths)):
+        vals = rows[r] if r < len(rows) else rng.choice(np.array([0.0, -0.0, 1.0], dtype=np.float32), case.width)
+        x[r, starts[r]:ends[r]] = vals[starts[r]:ends[r]]
+    return x
+
+
+@pytest.mark.parametrize("tiling", COLUMN_TILINGS)
+@pytest.mark.parametrize("case", CASES + TIER_CASES + COLUMN_CASES, ids=lambda c: c.name)
+def test_column_order_matches_sim(case: Case, tiling: str, device):
+    """sorted=False: the sorted top-k's selection, bit for bit, ascending by column, then -1."""
+    if case.k > 1000 and tiling.startswith("long"):
+        pytest.skip("k = 2048 on the tiny long-path tiles: the launcher's path covers it")
+    rng = np.random.default_rng(sum(map(ord, case.name)))
+    x = _rowwise(case, rng) if case.values == "rowwise" else _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    want = in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends))
+    got = _columns(x, case, TILINGS[tiling], device)
+    assert_exact(got, want, f"column-order top-k ({case.name}, {tiling})",
+                 context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
+
+
+@pytest.mark.parametrize("case", TIER_CASES + CASES[:3], ids=lambda c: c.name)
+def test_column_order_row_tiers(case: Case, device, monkeypatch):
+    """The column-order kernel holding each row in the narrowest of three tiles (many rows per SM)."""
+    monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)
+    rng = np.random.default_rng(sum(map(ord, case.name)))
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3)
+    assert_exact(_columns(x, case, tiling, device),
+                 in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
+                 f"column-order top-k ({case.name}, tiers)")
+
+
+def test_column_order_long_tie_over_chunks(device):
+    """The long path's candidates come from chunks in any order (the interpreter appends the last chunk first):
+    a tie at the threshold spread over many chunks is trimmed by column, and the column order restored."""
+    width, k = 2048, 40
+    cols = np.arange(width)
+    x = np.where(cols % 97 == 0, 5.0, np.where(cols % 31 == 0, 1.0, -1.0 - cols / width)).astype(np.float32)
+    x = np.stack([x, x[::-1].copy()])
+    case = Case("tie_over_chunks", width, k, (width, width - 5))
+    tiling = FastTiling(tile_w=64, cap=128, block=128)
+    want = in_column_order(sim_top_k(x, k, ends=np.array([width, width - 5])))
+    assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a tie over candidate chunks)")
+
+
+@pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
+def test_sorted_false_through_the_launcher(variant: str, device):
+    """hw.top_k_per_row(sorted=False) for every variant: the sorted result's selection in column order."""
+    case = CASES[2]   # "special": short rows, NaN, +-inf
+    rng = np.random.default_rng(3)
+    x = _logits(case, rng)
+    starts, ends = _clamped_ranges(case)
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    got = hw.top_k_per_row(logits, lengths, case.k, sorted=False, variant=variant)
+    assert_exact(got.cpu().numpy(), in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
+                 f"sorted=False ({variant})")
+
+
+def test_column_order_scratch_is_never_trusted(device, monkeypatch):
+    """The column-order launches' scratch (candidates, chunk table, group maxima, counts) filled with garbage:
+    the results do not change."""
+    real_empty = torch.empty
+
+    def poisoned_empty(*shape, dtype=None, device=None, **kw):
+        t = real_empty(*shape, dtype=dtype, device=device, **kw)
+        return t.fill_(7 if not t.is_floating_point() else float("nan"))
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    case = CASES[1]
+    x = _logits(case, np.random.default_rng(11))
+    starts, ends = _clamped_ranges(case)
+    want = in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends))
+    for name in COLUMN_TILINGS[1:]:
+        assert_exact(_columns(x, case, TILINGS[name], device), want, f"column-order top-k, poisoned scratch ({name})")

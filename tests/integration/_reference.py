@@ -45,13 +45,14 @@ def sim_q(q: torch.Tensor, weights: torch.Tensor, kv_dtype: str, scale_rule: str
 
 
 def assert_topk_within_bound(got: torch.Tensor, ref: np.ndarray, bound: np.ndarray, visible: np.ndarray, k: int,
-                             what: str) -> None:
+                             what: str, by_value: bool = False) -> None:
     """got int32 [R, k] from the hook; ref / bound float64 [R, W] (reference logits and the fp32 error bound);
-    visible int [R] (row r sees columns 0 .. visible[r] - 1).
+    visible int [R] (row r sees columns 0 .. visible[r] - 1); by_value: the hook's sorted_top_k.
 
-    Exact structure: min(k, visible) distinct visible indices, then -1 padding. Values: the choice and the order
-    may differ from the reference only between near-ties: a selected column may not lose to an unselected one,
-    and an earlier entry may not lose to a later one, by more than the two bounds.
+    Exact structure: min(k, visible) distinct visible indices, then -1 padding; ascending unless by_value. Values:
+    the choice (and with by_value the order) may differ from the reference only between near-ties: a selected
+    column may not lose to an unselected one, and an earlier entry may not lose to a later one, by more than the
+    two bounds.
     """
     got = got.cpu().numpy()
     for r in range(got.shape[0]):
@@ -62,7 +63,9 @@ def assert_topk_within_bound(got: torch.Tensor, ref: np.ndarray, bound: np.ndarr
             f"{what} row {r}: indices must be visible (0..{visible[r] - 1}), got {row.tolist()}"
         assert len(set(row.tolist())) == n, f"{what} row {r}: duplicate indices {row.tolist()}"
         v, b = ref[r, :visible[r]], bound[r, :visible[r]]
-        for a in range(n - 1):
+        if not by_value:
+            assert (np.diff(row) > 0).all(), f"{what} row {r}: indices must ascend, got {row.tolist()}"
+        for a in range(n - 1 if by_value else 0):
             i, j = row[a], row[a + 1]
             assert v[i] >= v[j] - b[i] - b[j], \
                 f"{what} row {r}: column {i} (ref {v[i]!r}) ranked before {j} (ref {v[j]!r}) beyond the bound"

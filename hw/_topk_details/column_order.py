@@ -1,0 +1,334 @@
+"""Exact top-k in column order (`hw.top_k_per_row(..., sorted=False)`) for compiled GPUs and the interpreter.
+
+The selection is the sorted top-k's, bit for bit (DESIGN §4: the k_eff = min(k, visible) largest visible keys by
+(value desc, index asc), +inf > finite > -inf > NaN, -0.0 == +0.0); only the order differs: the selected columns
+ascending, then -1 padding. A consumer that gathers the selected keys (sparse attention) needs the set; without
+the order the selection is a threshold and one compaction in column order: no composites, no sort.
+
+Keys and the narrowing of an inclusive key interval [lo, hi] are radix_fast's (its module docstring). From a
+*terminal* state (ge_lo == k_eff, or lo == hi) the selection is every key > hi plus the first need = k_eff - above
+keys inside [lo, hi] in column order, so a selected column's place in the output is
+
+    (keys > hi before it) + min(keys inside [lo, hi] before it, need)
+
+which `_store_columns` computes from one cumsum: ties at the threshold are decided by column, never by timing.
+
+Per row:
+  visible <= k   every visible column, start .. end - 1, then -1: the row is not read (the short rows of a
+                 causal prefill, about k of them per prompt).
+  on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
+                 narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
+                 most CAP keys are inside, narrows those to a terminal state on a CAP tile (compacted through
+                 scratch), then stores the selection from the register tile. One read of the row.
+  long           W > tile_w: radix_fast's group maxima and tau; the keys >= tau (each a candidate) are appended
+                 by chunks of qualifying groups, in column order within a chunk, each chunk recording its first
+                 slot and its count. The finishing program moves each candidate to its column-order slot (the
+                 candidates of earlier chunks plus its place in its own), narrows to a terminal state and stores
+                 from that tile. When more than CAP keys are >= tau (massive ties, structured rows) it narrows by
+                 streaming rounds over the row instead and stores the selection by a streaming pass: slower,
+                 the same result.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._pdl import grid_dependency_sync, pdl_launch
+from ..isa_spec import CompileSpec
+from .kernel import _order_key
+from .radix_fast import (
+    _KEY_MAX,
+    _META,
+    _META_COUNT,
+    _META_GROUPS,
+    _META_TAU,
+    FastTiling,
+    _candidates_kernel,
+    _count_ge_stream,
+    _group_max_kernel,
+    _narrow,
+    _ranks,
+    _row_range,
+    _tau_kernel,
+    group_size,
+    k_pad,
+    probe_bits,
+    row_tiers,
+    row_tile,
+)
+
+
+# ------------------------------------------------------------------------------------------------- jit helpers
+@triton.jit
+def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row):
+    """Store the selected columns of one tile (in column order, after n_above / n_inside earlier keys above /
+    inside [lo, hi]) at their output places; returns the updated (n_above, n_inside)."""
+    is_above = key > hi.to(tl.uint32)
+    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+    above_rank, inside_rank = _ranks(is_above, inside)
+    inside_rank += n_inside
+    take = is_above | (inside & (inside_rank < need))
+    tl.store(out_row + n_above + above_rank + tl.minimum(inside_rank, need), cols, mask=take)
+    return n_above + tl.sum(is_above.to(tl.int32), 0), n_inside + tl.sum(inside.to(tl.int32), 0)
+
+
+@triton.jit
+def _all_visible(start, end, k, out_row, K_PAD: tl.constexpr):
+    """A row with at most k visible columns: start .. end - 1, then -1."""
+    j = tl.arange(0, K_PAD)
+    n = tl.maximum(end, start) - start
+    tl.store(out_row + j, tl.where(j < n, start + j, -1), mask=j < k)
+
+
+@triton.jit
+def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
+    """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty); `above` keys are > hi
+    outside the tile."""
+    base = above
+    while (ge_lo != k_eff) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    return lo, hi, ge_lo, above
+
+
+@triton.jit
+def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr,
+                     PROBE_BITS: tl.constexpr):
+    """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
+    base .. base + TILE - 1 (base <= start, end - base <= TILE)."""
+    cols = base + tl.arange(0, TILE)
+    visible = (cols >= start) & (cols < end)
+    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
+    hi = lo * 0 + _KEY_MAX
+    ge_lo = end - start
+    above = start * 0
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+    if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
+        inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+        flags = inside.to(tl.int32)
+        tl.store(cand_row + tl.cumsum(flags, 0) - flags, key.to(tl.int32, bitcast=True), mask=inside)
+        tl.debug_barrier()   # the candidates were stored by other threads
+        slots = tl.arange(0, CAP)
+        cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
+        lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row)
+
+
+@triton.jit
+def _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK: tl.constexpr):
+    """_store_columns over the visible columns, streaming (a terminal [lo, hi])."""
+    n_above = start * 0
+    n_inside = start * 0
+    for off in range(start, end, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        visible = cols < end
+        key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+        n_above, n_inside = _store_columns(key, cols, lo, hi, k_eff - above, n_above, n_inside, out_row)
+
+
+@triton.jit
+def _inside_stream(row_ptr, start, end, lo, hi, cand_row, BLOCK: tl.constexpr):
+    """The keys inside [lo, hi] (at most the scratch's width), compacted to cand_row in column order, streaming."""
+    n = start * 0
+    for off in range(start, end, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        visible = cols < end
+        key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+        inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+        flags = inside.to(tl.int32)
+        tl.store(cand_row + n + tl.cumsum(flags, 0) - flags, key.to(tl.int32, bitcast=True), mask=inside)
+        n += tl.sum(flags, 0)
+
+
+# ----------------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _columns_row_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
+    out_ptr,              # *i32 [rows, k] contiguous: the selected columns ascending, then -1
+    cand_ptr,             # *i32 [rows, CAP] scratch: the keys of the final narrowing
+    width,                # i32 W <= TILE_W
+    stride_row,           # elements between rows of logits
+    k,                    # i32, 1 <= k <= K_PAD
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,  # power of two >= k
+    TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
+    TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
+    CAP: tl.constexpr,    # candidate tile
+    PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
+    PDL: tl.constexpr,
+):
+    grid_dependency_sync(PDL)
+    if TIERS == 1:
+        row = tl.program_id(0).to(tl.int64)
+    else:   # the last rows first: in causal batches they are the longest, so the short ones fill the tail
+        row = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = out_ptr + row * k
+    cand_row = cand_ptr + row * CAP
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
+        _all_visible(start, end, k, out_row, K_PAD)
+    elif TIERS == 1:
+        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
+    else:
+        # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
+        base = tl.multiple_of(start // 16 * 16, 16)
+        if end - base > TILE_W // 2:
+            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
+        elif TIERS == 2:
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
+        elif end - base > TILE_W // 4:
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
+        else:
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 4, PROBE_BITS)
+
+
+@triton.jit
+def _columns_long_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    meta_ptr,             # *i32 [rows, META]: tau and the qualifying groups (_tau_kernel), the candidate count
+    cand_ptr,             # *i32 [rows, 3 * CAP]: _candidates_kernel's columns, keys and chunk ids; scratch
+    chunk_ptr,            # *i32 [rows, chunk_w, 2]: each chunk's first candidate slot and its count
+    out_ptr,              # *i32 [rows, k] contiguous: the selected columns ascending, then -1
+    width,                # i32 W
+    stride_row,
+    k,                    # i32, 1 <= k <= K_PAD
+    chunk_w,              # i32: the candidate launch's chunks per row
+    HAS_STARTS: tl.constexpr,
+    K_PAD: tl.constexpr,
+    CAP: tl.constexpr,
+    CHUNKS: tl.constexpr,  # power of two >= chunk_w
+    GROUPS: tl.constexpr,  # qualifying groups per chunk
+    BLOCK: tl.constexpr,   # columns per streaming chunk of the fallback
+    PROBE_BITS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    grid_dependency_sync(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    out_row = out_ptr + row * k
+    cand_row = cand_ptr + row * (3 * CAP)
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    if tl.maximum(end, start) - start <= k:
+        _all_visible(start, end, k, out_row, K_PAD)
+    else:
+        meta_row = meta_ptr + row * _META
+        lo = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True).to(tl.int64)
+        ge_lo = tl.load(meta_row + _META_COUNT)
+        hi = lo * 0 + _KEY_MAX
+        above = start * 0
+        if ge_lo <= CAP:
+            # each candidate to its column-order slot: the candidates of earlier chunks plus its place in its own
+            slots = tl.arange(0, CAP)
+            filled = slots < ge_lo
+            cols = tl.load(cand_row + slots, mask=filled, other=0)
+            key = tl.load(cand_row + CAP + slots, mask=filled, other=0)
+            chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
+            c = tl.arange(0, CHUNKS)
+            live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
+            first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
+            count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
+            place = slots + tl.gather(tl.cumsum(count, 0) - count - first, chunk, 0)
+            tl.debug_barrier()   # every thread has read its candidates
+            tl.store(cand_row + place, cols, mask=filled)
+            tl.store(cand_row + CAP + place, key, mask=filled)
+            tl.debug_barrier()
+            cols = tl.load(cand_row + slots, mask=filled, other=0)
+            key = tl.load(cand_row + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
+            # no key lies between the largest candidate and hi: `above` stays exact
+            hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
+            lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+            _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row)
+        else:   # tau let more than CAP keys through: streaming rounds
+            while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+                mid = lo + ((hi - lo + 1) >> 1)
+                n = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
+                up = n >= k_eff
+                lo, ge_lo = tl.where(up, mid, lo), tl.where(up, n, ge_lo)
+                hi, above = tl.where(up, hi, mid - 1), tl.where(up, above, n)
+            if (ge_lo != k_eff) & (lo < hi):
+                _inside_stream(row_ptr, start, end, lo, hi, cand_row, BLOCK)
+                tl.debug_barrier()   # the candidates were stored by other threads
+                slots = tl.arange(0, CAP)
+                key = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
+                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+            _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK)
+
+
+# ---------------------------------------------------------------------------------------------------- launcher
+def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
+                   tiling: FastTiling) -> None:
+    """Fill `out` (int32 [rows, k] contiguous) with every row's top-k in column order, under radix_fast's launch
+    constants `tiling` (its segment / ordering fields are not used). Arguments as radix_fast.top_k_radix_fast's,
+    rows no wider than radix_fast.FAST_MAX_WIDTH. Sync-free and CUDA-graph safe: grids and scratch sizes come from
+    shapes only; the scratch is never trusted (torch.empty)."""
+    (rows, width), k = logits.shape, out.shape[1]
+    starts_arg = lengths if starts is None else starts
+    device = logits.device
+    pdl = pdl_launch(tiling.pdl, device)
+    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
+                  **pdl)
+    if width <= tiling.tile_w:
+        cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
+        tile = row_tile(width)
+        _columns_row_kernel[(rows,)](
+            logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile,
+            TIERS=row_tiers(tile, tiling.tiers), num_warps=tiling.num_warps,
+            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common)
+        return
+    gsize = group_size(width, tiling.tile_w)
+    assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
+    groups = triton.cdiv(width, gsize)
+    per_program = max(1, tiling.tile_w // gsize)
+    chunk_groups = tiling.block // gsize
+    chunk_w = triton.cdiv(groups, chunk_groups)
+    has_starts = starts is not None
+    gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
+    meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
+    cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
+    chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device)
+    _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
+        logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
+        GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
+    _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
+                         TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
+    _candidates_kernel[(rows, chunk_w)](
+        logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
+        HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
+        num_warps=tiling.cand_warps, **pdl)
+    _columns_long_kernel[(rows,)](
+        logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
+        CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, BLOCK=tiling.block,
+        num_warps=tiling.num_warps, **common)
+
+
+# ------------------------------------------------------------------------------------------- cross-compile specs
+_ROW_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32",
+                  "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "k": "i32"}
+_LONG_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
+                   "cand_ptr": "*i32", "chunk_ptr": "*i32", "out_ptr": "*i32", "width": "i32", "stride_row": "i32",
+                   "k": "i32", "chunk_w": "i32"}
+
+
+def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
+              targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
+    """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
+              "PDL": tiling.pdl}
+    if width <= tiling.tile_w:
+        tile = row_tile(width)
+        return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
+                            num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets,
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
+    gsize = group_size(width, tiling.tile_w)
+    chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
+    return (CompileSpec(label=label + "/columns", fn=_columns_long_kernel, signature=_LONG_SIGNATURE,
+                        num_warps=tiling.num_warps, targets=targets,
+                        constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
+                                             "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}),)

@@ -1,0 +1,46 @@
+"""The `radix_fast` top-k variant (NVIDIA's default): radix_fast's kernels for the sorted top-k, column_order's for
+`sorted=False`, one record for both (hw.variants' registry)."""
+from __future__ import annotations
+
+from ..targets import Op, Target, Variant, sm_count
+from . import column_order, radix_fast
+from .radix_fast import FAST_MAX_WIDTH, ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
+from .variants import PER_ROW, TopKCall
+
+#: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
+COLUMN_ISA_TARGETS = ("sm90", "gfx950")
+
+
+def _launch(call: TopKCall, tiling: FastTiling) -> None:
+    if call.sorted:
+        radix_fast._launch(call.logits, call.lengths, call.starts, call.out, tiling)
+    elif call.logits.shape[1] > FAST_MAX_WIDTH:   # a group of the long path would not fit a candidate program
+        PER_ROW.launch(call, PER_ROW.settings(Target.NVIDIA, call))
+    else:
+        column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
+
+
+def _settings(target: Target, call) -> FastTiling:
+    rows, width = call.logits.shape
+    nvidia = target is Target.NVIDIA
+    return fast_tiling(width, call.k, pdl=nvidia, rows=rows,
+                       sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
+
+
+def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
+    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+    return column_order.isa_specs(tiling, width, k, has_starts, label, COLUMN_ISA_TARGETS)
+
+
+def _isa_specs() -> tuple:
+    return tuple(spec for shape in ISA_SHAPES for spec in radix_fast.isa_specs(*shape) + _column_specs(*shape))
+
+
+#: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs in the sorted form's kernels
+VARIANT = Variant(
+    name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
+    default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
+    settings=_settings, launch=_launch, precision=None, isa_specs=_isa_specs,
+    summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs "
+            "(sorted=False: stored in column order, no ordering)")
