@@ -167,16 +167,16 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
 INPUT_SETS = 4  # 4 x 35.7 MB (MXFP4, the default shape) > the H200's 60 MB L2
 
 
-def decode_step(call, *, batch, next_n, context, topk_k, **_):
+def decode_step(call, *, batch, next_n, context, topk_k, sorted_top_k=False, **_):
     """call (decode_inputs') followed by the hook's top-k of every row over its visible columns: the decode step
-    of one indexer layer, as integration's hook runs it."""
+    of one indexer layer, as integration's hook runs it (sorted_top_k: the hook's option of that name)."""
     import torch
 
     import hw
 
     rows = torch.arange(next_n, device="cuda", dtype=torch.int32).repeat(batch)
     lengths = (context - next_n + 1 + rows).clamp_min(0)
-    return lambda: hw.top_k_per_row(call(), lengths, topk_k)
+    return lambda: hw.top_k_per_row(call(), lengths, topk_k, sorted=sorted_top_k)
 
 
 def prefill_step_inputs(kv_dtype: str, device: str, *, prompt, heads, head_dim, page_size, topk_k, seed: int = 0):
@@ -212,12 +212,13 @@ def _hook_prefill_case(kv_dtype: str, *, replays, **shape):
 
 
 def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
-                 **shape):
+                 sorted_top_k: bool = False, **shape):
     """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
     step, decode_step); return time and bytes moved."""
     sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, variant=variant, **shape)
             for i in range(input_sets)]
-    calls = [call if not topk_k else decode_step(call, topk_k=topk_k, **shape) for call, _ in sets]
+    calls = [call if not topk_k else decode_step(call, topk_k=topk_k, sorted_top_k=sorted_top_k, **shape)
+             for call, _ in sets]
     us = _graph_time_us(calls, inner=inner, replays=replays)
     moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
@@ -264,10 +265,10 @@ def _prefill_case(kv_dtype, *, variant, inner, replays, **shape):
     return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
 
 
-def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False):
+def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False, sorted: bool = True):
     """Top-k of `rows` N(0, 1) rows of `width` columns, every column visible, or with causal row i seeing its first
-    i + 1 + width - rows (the rows of the hook's prefill of one prompt); torch.topk of the same rows (-inf past
-    the visible columns) in the same run."""
+    i + 1 + width - rows (the rows of the hook's prefill of one prompt), sorted or in column order; torch.topk of
+    the same rows (-inf past the visible columns) in the same run, sorted (the ratio's reference) and not."""
     import torch
 
     import hw
@@ -280,11 +281,13 @@ def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False)
     else:
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
         padded = logits
-    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, variant=variant)], inner=inner,
-                          replays=replays)
+    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, sorted=sorted, variant=variant)],
+                          inner=inner, replays=replays)
     ref = _graph_time_us([lambda: torch.topk(padded, k, dim=1)], inner=inner, replays=replays)
-    return {"variant": variant, "rows": rows, "width": width, "k": k, "causal": causal, "time_us": ours,
-            "torch_topk_us": ref, "vs_torch": ours / ref}
+    ref_unsorted = _graph_time_us([lambda: torch.topk(padded, k, dim=1, sorted=False)], inner=inner, replays=replays)
+    return {"variant": variant, "rows": rows, "width": width, "k": k, "causal": causal,
+            "order": "value" if sorted else "column", "time_us": ours, "torch_topk_us": ref,
+            "torch_unsorted_us": ref_unsorted, "vs_torch": ours / ref}
 
 
 def _table(rows, columns):
@@ -364,28 +367,38 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
             row.update(variant=label, queries=size, frac_bf16_mm=row["TFLOPs"] / ceil["bf16_TFLOPs"])
             prefill.append(row)
     step = []
-    for kv_dtype in (("fp8", "mxfp4") if topk_k else ()):
-        click.echo(f"decode step {kv_dtype} (scorer + top-k) ...", err=True)
+    for kv_dtype, by_value in ((f, s) for f in (("fp8", "mxfp4") if topk_k else ()) for s in (False, True)):
+        order = "sorted" if by_value else "column-order"
+        click.echo(f"decode step {kv_dtype} (scorer + {order} top-k) ...", err=True)
         row = _decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
-                           **shape)
-        step.append(row | {"variant": f"{kv_dtype} scorer + top-k {topk_k}"})
+                           sorted_top_k=by_value, **shape)
+        scorer_us = next(r["time_us"] for r in decode if r["variant"] == select(Op.DECODE, target, kv_dtype).name)
+        step.append(row | {"variant": f"{kv_dtype} scorer + {order} top-k {topk_k}", "scorer_us": scorer_us,
+                           "vs_scorer": row["time_us"] / scorer_us})
     hook_prefill = []
     for kv_dtype in (("fp8", "mxfp4") if prefill_step and topk_k else ()):
         click.echo(f"hook prefill {kv_dtype} {prefill_step} ...", err=True)
         row = _hook_prefill_case(kv_dtype, replays=replays, prompt=prefill_step, heads=heads, head_dim=head_dim,
                                  page_size=page_size, topk_k=topk_k)
-        hook_prefill.append(row | {"variant": f"{kv_dtype} hook prefill {prefill_step}", "prompt": prefill_step})
+        causal = [r["time_us"] for r in prefill if r["variant"] == f"{defaults[0].name} {prefill_step} causal"]
+        hook_prefill.append(row | {"variant": f"{kv_dtype} hook prefill {prefill_step}", "prompt": prefill_step}
+                            | ({"vs_fp8_causal_scorer": row["time_us"] / causal[0]} if causal else {}))
     topk = []
     widths = [w for w in (context, topk_long) if w and topk_k]
     for width, v in ((w, v) for w in widths for v in variants(Op.TOPK, target=target)):
         click.echo(f"top-k {v.name} {width} ...", err=True)
         topk.append(_topk_case(variant=v.name, rows=batch * next_n, width=width, k=topk_k, inner=inner,
                                replays=replays))
-    if prefill_step and topk_k:   # the rows of the hook's prefill: many causal rows, the default variant
-        default = select(Op.TOPK, target)
-        click.echo(f"top-k {default.name} {prefill_step} causal rows ...", err=True)
+    default = select(Op.TOPK, target)
+    for width in widths:   # the hook's form: the default variant in column order
+        click.echo(f"top-k {default.name} {width} column order ...", err=True)
+        topk.append(_topk_case(variant=default.name, rows=batch * next_n, width=width, k=topk_k, inner=inner,
+                               replays=replays, sorted=False))
+    for by_value in ((True, False) if prefill_step and topk_k else ()):   # the rows of the hook's prefill
+        click.echo(f"top-k {default.name} {prefill_step} causal rows ({'sorted' if by_value else 'columns'}) ...",
+                   err=True)
         topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k, inner=3,
-                               replays=replays, causal=True))
+                               replays=replays, causal=True, sorted=by_value))
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
                f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
@@ -394,12 +407,14 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
                                ("MB moved", "MB_moved", ".2f"), ("GB/s", "GBps", ".0f"),
                                ("of copy", "frac_copy", ".0%"), ("vs fp8", "speedup_vs_fp8", ".2f")]))
     if step:
-        click.echo(f"decode step (default scorer + default top-k, k = {topk_k}), as the hook runs it:")
-        click.echo(_table(step, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
+        click.echo(f"decode step (default scorer + default top-k, k = {topk_k}); the hook runs the column-order one:")
+        click.echo(_table(step, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
+                                 ("scorer us", "scorer_us", ".1f"), ("vs scorer", "vs_scorer", ".2f")]))
     if hook_prefill:
         click.echo(f"the hook's prefill of one prompt (K write, q quantize, gather, causal scorer, top-k {topk_k}; "
                    f"eager, mean of {replays} calls):")
-        click.echo(_table(hook_prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f")]))
+        click.echo(_table(hook_prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
+                                         ("vs fp8 causal scorer", "vs_fp8_causal_scorer", ".2f")]))
     if prefill:
         click.echo(f"prefill, queries = keys, H{heads}/D{head_dim}:")
         click.echo(_table(prefill, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
@@ -407,8 +422,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     if topk:
         click.echo("top-k (exact, ours) vs torch.topk:")
         click.echo(_table(topk, [("variant", "variant", ""), ("rows", "rows", "d"), ("width", "width", "d"),
-                                 ("causal", "causal", ""), ("k", "k", "d"), ("ours us", "time_us", ".1f"),
-                                 ("torch us", "torch_topk_us", ".1f"), ("vs torch", "vs_torch", ".2f")]))
+                                 ("causal", "causal", ""), ("k", "k", "d"), ("order", "order", ""),
+                                 ("ours us", "time_us", ".1f"), ("torch us", "torch_topk_us", ".1f"),
+                                 ("torch unsorted", "torch_unsorted_us", ".1f"), ("vs torch", "vs_torch", ".2f")]))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "decode_step": step,

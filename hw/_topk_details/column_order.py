@@ -38,11 +38,14 @@ from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from .kernel import _order_key
 from .radix_fast import (
+    _CAND_SIGNATURE,
+    _GMAX_SIGNATURE,
     _KEY_MAX,
     _META,
     _META_COUNT,
     _META_GROUPS,
     _META_TAU,
+    _TAU_SIGNATURE,
     FastTiling,
     _candidates_kernel,
     _count_ge_stream,
@@ -323,12 +326,35 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
+        if tiling.maxnreg is not None:
+            why = ("two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows "
+                   "kernel (docs/perf/h200-topk-columns.json: maxnreg lever)")
+        elif "gfx950" in targets and tile >= 8192:
+            why = ("gfx950: 8 SGPRs spilled into VGPR lanes, no memory scratch; not timed on AMD hardware (the "
+                   "variant is NVIDIA's default)")
+        else:
+            why = ""
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
-                            num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets,
+                            num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
-    return (CompileSpec(label=label + "/columns", fn=_columns_long_kernel, signature=_LONG_SIGNATURE,
-                        num_warps=tiling.num_warps, targets=targets,
-                        constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
-                                             "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}),)
+    shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
+        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
+                    num_warps=tiling.num_warps, targets=tuple(t for t in targets if t != "sm90"),
+                    constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
+                                "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)}),
+        CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
+                    targets=tuple(t for t in targets if t != "sm90"),
+                    constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
+                                "PDL": tiling.pdl}),
+    ) if set(targets) - {"sm90"} else ()
+    return shared + (
+        CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
+                    num_warps=tiling.cand_warps, targets=targets,
+                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
+                                "CHUNK_IDS": True, "PDL": tiling.pdl}),
+        CompileSpec(label=label + "/columns", fn=_columns_long_kernel, signature=_LONG_SIGNATURE,
+                    num_warps=tiling.num_warps, targets=targets,
+                    constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
+                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))

@@ -2,6 +2,8 @@
 `sorted=False`, one record for both (hw.variants' registry)."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..targets import Op, Target, Variant, sm_count
 from . import column_order, radix_fast
 from .radix_fast import FAST_MAX_WIDTH, ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
@@ -28,9 +30,14 @@ def _settings(target: Target, call) -> FastTiling:
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
-    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-    return column_order.isa_specs(tiling, width, k, has_starts, label, COLUMN_ISA_TARGETS)
+    specs = ()
+    for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
+        tiling = fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+        if target != "sm90":   # register caps are NVIDIA's
+            tiling = dataclasses.replace(tiling, maxnreg=None)
+        specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
+    return specs
 
 
 def _isa_specs() -> tuple:

@@ -473,3 +473,52 @@ def test_column_order_scratch_is_never_trusted(device, monkeypatch):
     want = in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends))
     for name in COLUMN_TILINGS[1:]:
         assert_exact(_columns(x, case, TILINGS[name], device), want, f"column-order top-k, poisoned scratch ({name})")
+
+
+def _gpu_rows(width: int, rows: int, seed: int) -> np.ndarray:
+    """N(0, 1) rows, ReLU-degenerate rows (about 70 % exact 0.0 among positive scores: the threshold tie holds
+    tens of thousands at the widest, more than any candidate tile) and rows of seven values (massive ties)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    x[1::3] = np.maximum(x[1::3] - 0.5, 0.0)
+    x[2::3] = rng.choice(TIE_VALUES, size=x[2::3].shape)
+    return x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [8192, 131072, 2 ** 20])
+def test_column_order_wide_rows_gpu(width: int):
+    """The launcher's own tiling on the GPU, rows up to 2^20 wide, full and shortened (k - 1, k, k + 1, ragged):
+    sim's selection in column order, the same over 20 launches, and the same from a CUDA-graph replay."""
+    k, rows = 2048, 6
+    x = _gpu_rows(width, rows, width)
+    ends = np.array([width, width - 7, k + 1, k, k - 1, width], dtype=np.int64)
+    starts = np.array([0, 3, 0, 0, 0, width // 3], dtype=np.int64)
+    want = in_column_order(sim_top_k(x, k, starts=starts, ends=ends))
+    logits = torch.from_numpy(x).cuda()
+    lengths = torch.from_numpy(ends.astype(np.int32)).cuda()
+    starts_t = torch.from_numpy(starts.astype(np.int32)).cuda()
+    first = hw.top_k_per_row(logits, lengths, k, starts=starts_t, sorted=False)
+    assert_exact(first.cpu().numpy(), want, f"column-order top-k, width {width}")
+    for _ in range(19):
+        assert torch.equal(hw.top_k_per_row(logits, lengths, k, starts=starts_t, sorted=False), first)
+    graph = torch.cuda.CUDAGraph()
+    out = torch.full_like(first, 12345)
+    with torch.cuda.graph(graph):
+        hw.top_k_per_row(logits, lengths, k, starts=starts_t, out=out, sorted=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+
+
+@pytest.mark.gpu
+def test_column_order_causal_rows_gpu():
+    """The rows of a prompt's prefill (row i sees i + 1 keys), many rows per SM (the tiered, capped kernel):
+    sim's selection in column order."""
+    width, k = 4096, 2048
+    x = _gpu_rows(width, width, 5)
+    ends = np.arange(1, width + 1)
+    want = in_column_order(sim_top_k(x, k, ends=ends))
+    got = hw.top_k_per_row(torch.from_numpy(x).cuda(), torch.from_numpy(ends.astype(np.int32)).cuda(), k,
+                           sorted=False)
+    assert_exact(got.cpu().numpy(), want, "column-order top-k, causal rows")

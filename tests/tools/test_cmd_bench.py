@@ -91,12 +91,17 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     report = json.loads(out.read_text())
     decode = {r["variant_arg"] for r in report["decode"]}
     assert decode == {v.name for v in variants(Op.DECODE, target=Target.NVIDIA)}
-    assert len(report["decode_step"]) == 2
+    assert [r["variant"] for r in report["decode_step"]] == [
+        f"{f} scorer + {o} top-k 2048" for f in ("fp8", "mxfp4") for o in ("column-order", "sorted")]
+    assert all(r["vs_scorer"] == 1.0 for r in report["decode_step"])   # the stand-in times are equal
     assert {r["variant_arg"] for r in report["prefill"]} >= {v.name for v in variants(Op.PREFILL, target=Target.NVIDIA)}
     assert {r["queries"] for r in report["prefill"]} == {4096, 8192}
     assert {(r["format"], r["prompt"]) for r in report["hook_prefill"]} == {("fp8", 8192), ("mxfp4", 8192)}
+    assert all(r["vs_fp8_causal_scorer"] == 900.0 / 200.0 for r in report["hook_prefill"])
     rows = [r for r in report["topk"] if not r.get("causal")]
-    assert sorted((r["variant"], r["width"]) for r in rows) == \
-        sorted((v.name, w) for w in (8192, 131072) for v in variants(Op.TOPK, target=Target.NVIDIA))
+    assert sorted((r["variant"], r["width"], r.get("sorted", True)) for r in rows) == sorted(
+        [(v.name, w, True) for w in (8192, 131072) for v in variants(Op.TOPK, target=Target.NVIDIA)]
+        + [("radix_fast", w, False) for w in (8192, 131072)])   # and the hook's form: column order
     causal = [r for r in report["topk"] if r.get("causal")]     # the hook's prefill rows, the default variant
-    assert [(r["variant"], r["rows"], r["width"]) for r in causal] == [("radix_fast", 8192, 8192)]
+    assert [(r["variant"], r["rows"], r["width"], r["sorted"]) for r in causal] == [
+        ("radix_fast", 8192, 8192, True), ("radix_fast", 8192, 8192, False)]
