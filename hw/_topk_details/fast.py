@@ -9,6 +9,9 @@ from . import column_order, radix_fast
 from .radix_fast import FAST_MAX_WIDTH, ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
 from .variants import PER_ROW, TopKCall
 
+#: the on-chip column-order kernel's candidate tile: 2-6 % faster than radix_fast.ROW_CAP's 1024 at every shape
+#: measured on the H200 (docs/perf/h200-topk-columns.json)
+COLUMNS_ROW_CAP = 512
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 
@@ -25,8 +28,11 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 def _settings(target: Target, call) -> FastTiling:
     rows, width = call.logits.shape
     nvidia = target is Target.NVIDIA
-    return fast_tiling(width, call.k, pdl=nvidia, rows=rows,
-                       sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
+    tiling = fast_tiling(width, call.k, pdl=nvidia, rows=rows,
+                         sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
+    if not call.sorted and width <= tiling.tile_w:
+        tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
+    return tiling
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
@@ -34,6 +40,8 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False)
     specs = ()
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
         tiling = fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+        if width <= tiling.tile_w:
+            tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
         if target != "sm90":   # register caps are NVIDIA's
             tiling = dataclasses.replace(tiling, maxnreg=None)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))

@@ -40,7 +40,8 @@ SIGNATURES = {
         _params("kv_cache", "block_table", "cu_seq_lens", ("layout", None)),
         _params(("num_tokens", None), ("validate", False), ("error_flag", None))),
     "top_k_per_row": (_params("logits", "lengths", "k"),
-                      _params(("starts", None), ("out", None), ("variant", None), ("launch_settings", None))),
+                      _params(("starts", None), ("out", None), ("sorted", True), ("variant", None),
+                              ("launch_settings", None))),
     "quantize_q_mxfp4": (_params("q", ("scale_rule", "rceil")), []),
     "quantize_q_fp8": (_params("q", "weights"), []),
 }

@@ -29,7 +29,7 @@ def test_launch_keywords():
 def test_wanted_on_nvidia_only():
     for target in Target:
         assert km.keys_m_settings(target, "fp8", 32, 1, 64).pdl == (target is Target.NVIDIA)
-        call = SimpleNamespace(logits=torch.empty(1, 131072), k=2048)
+        call = SimpleNamespace(logits=torch.empty(1, 131072), k=2048, sorted=True)
         if topk_fast.VARIANT.runs_on(target):
             assert topk_fast.VARIANT.settings(target, call).pdl == (target is Target.NVIDIA)
 

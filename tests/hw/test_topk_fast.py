@@ -256,7 +256,7 @@ def test_register_cap_from_rows_per_sm():
     assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).tiers == 1
     assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
     assert 2 * radix_fast.NUM_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
-    call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048)   # a CPU tensor: no SM count to ask for
+    call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048, sorted=True)   # a CPU tensor: no SM count to ask for
     assert topk_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
 
 
@@ -446,7 +446,9 @@ def test_column_order_long_tie_over_chunks(device):
 
 @pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
 def test_sorted_false_through_the_launcher(variant: str, device):
-    """hw.top_k_per_row(sorted=False) for every variant: the sorted result's selection in column order."""
+    """hw.top_k_per_row(sorted=False) for every variant that runs here: the sorted selection in column order."""
+    if device.type != "cpu" and variant == "rows_tile":
+        pytest.skip("rows_tile runs under the interpreter only")
     case = CASES[2]   # "special": short rows, NaN, +-inf
     rng = np.random.default_rng(3)
     x = _logits(case, rng)
