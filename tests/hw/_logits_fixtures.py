@@ -70,8 +70,9 @@ def poison_key(kv_dtype: str, values: np.ndarray, scales: np.ndarray, token: int
 
 def check_adversarial_key(variant: str, op: Op, got: float, want: float, bound_with, device) -> None:
     """The adversarial key's logit `got` against the float64 `want`: within the bound of the (n, u) that hw
-    declares for `variant` (bound_with(n, u) -> bound). In the interpreter, tl.dot_scaled's fp32 sum drops the 96
-    tiny products and breaks the n = D/32 bound: why that variant declares n = D."""
+    declares for `variant` (bound_with(n, u) -> bound). In the interpreter, tl.dot_scaled's fp32 sum drops (all or,
+    with some NumPy summation orders, most of) the 96 tiny products and breaks the n = D/32 bound: why that variant
+    declares n = D."""
     D = ADVERSARIAL_HEAD_DIM
     assert want == 1 + 96 * 2.0 ** ADVERSARIAL_TINY_EXP
     n, u = declared_precision(op, "mxfp4", D, device, variant)
@@ -80,5 +81,5 @@ def check_adversarial_key(variant: str, op: Op, got: float, want: float, bound_w
     assert err <= declared_bound, f"{variant}: error {err:.3g} > declared (n = {n}) bound {declared_bound:.3g}"
     if variant == "mxfp4_dot_scaled" and kernels_interpreted():
         block_bound = bound_with(D // 32, u)
-        assert n == D and got == 1.0 and err > block_bound, \
+        assert n == D and got < want and err > block_bound, \
             f"dot_scaled: {got!r}, error {err:.3g} vs the n = D/32 bound {block_bound:.3g}"
