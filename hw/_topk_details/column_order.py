@@ -339,8 +339,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
             why = ("two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows "
                    "kernel (docs/perf/h200-topk-columns.json: maxnreg lever)")
         elif "gfx950" in targets and tile >= 8192:
-            why = ("gfx950: 8 SGPRs spilled into VGPR lanes, no memory scratch; not timed on AMD hardware (the "
-                   "variant is NVIDIA's default)")
+            why = ("gfx950: SGPRs spilled into VGPR lanes (8-18 under triton 3.9), no memory scratch; not timed on "
+                   "AMD hardware (the variant is NVIDIA's default)")
         else:
             why = ""
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
