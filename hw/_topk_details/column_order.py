@@ -50,7 +50,6 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
-    _histogram_start,
     _narrow,
     _ranks,
     _row_range,
@@ -97,19 +96,16 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 @triton.jit
 def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr,
-                     PROBE_BITS: tl.constexpr, HIST_BITS: tl.constexpr):
+                     PROBE_BITS: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
+    hi = lo * 0 + _KEY_MAX
     ge_lo = end - start
-    if HIST_BITS > 0:
-        lo, hi, ge_lo, above = _histogram_start(key, TILE - ge_lo, ge_lo, k_eff, HIST_BITS)
-    else:
-        lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
-        hi = lo * 0 + _KEY_MAX
-        above = start * 0
+    above = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
         lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
@@ -166,7 +162,6 @@ def _columns_row_kernel(
     TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
-    HIST_BITS: tl.constexpr,    # FastTiling.hist_bits
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -181,21 +176,18 @@ def _columns_row_kernel(
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
-        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS, HIST_BITS)
+        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
-            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS, HIST_BITS)
+            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
         elif TIERS == 2:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS,
-                             HIST_BITS)
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
         elif end - base > TILE_W // 4:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS,
-                             HIST_BITS)
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
         else:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 4, PROBE_BITS,
-                             HIST_BITS)
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 4, PROBE_BITS)
 
 
 @triton.jit
@@ -290,7 +282,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         tile = row_tile(width)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile,
-            TIERS=row_tiers(tile, tiling.tiers), HIST_BITS=tiling.hist_bits, num_warps=tiling.num_warps,
+            TIERS=row_tiers(tile, tiling.tiers), num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -308,8 +300,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
         GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
     _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                         TILE_W=tiling.tile_w, CAP=tiling.cap, HIST_BITS=tiling.hist_bits,
-                         num_warps=tiling.num_warps, **pdl)
+                         TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
     _candidates_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
@@ -339,14 +330,13 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
             why = ("two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows "
                    "kernel (docs/perf/h200-topk-columns.json: maxnreg lever)")
         elif "gfx950" in targets and tile >= 8192:
-            why = ("gfx950: SGPRs spilled into VGPR lanes (8-18 under triton 3.9), no memory scratch; not timed on "
+            why = ("gfx950: SGPRs spilled into VGPR lanes (8 under triton 3.9), no memory scratch; not timed on "
                    "AMD hardware (the variant is NVIDIA's default)")
         else:
             why = ""
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
-                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers),
-                                                 "HIST_BITS": tiling.hist_bits}),)
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
@@ -358,7 +348,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=min(tiling.num_warps, 8),
                     targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "HIST_BITS": tiling.hist_bits, "PDL": tiling.pdl}),
+                                "PDL": tiling.pdl}),
     ) if set(targets) - {"sm90"} else ()
     return shared + (
         CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,

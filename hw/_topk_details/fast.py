@@ -12,8 +12,6 @@ from .variants import PER_ROW, TopKCall
 #: the on-chip column-order kernel's candidate tile: 2-6 % faster than radix_fast.ROW_CAP's 1024 at every shape
 #: measured on the H200 (docs/perf/h200-topk-columns.json)
 COLUMNS_ROW_CAP = 512
-#: ... which starts its narrowing from a histogram of the keys' top 11 bits (docs/perf/h200-topk-hist.json)
-COLUMNS_HIST_BITS = 11
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 
@@ -33,7 +31,7 @@ def _settings(target: Target, call) -> FastTiling:
     tiling = fast_tiling(width, call.k, pdl=nvidia, rows=rows,
                          sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
     if not call.sorted and width <= tiling.tile_w:
-        tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP, hist_bits=COLUMNS_HIST_BITS)
+        tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     return tiling
 
 
@@ -43,7 +41,7 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False)
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
         tiling = fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
         if width <= tiling.tile_w:
-            tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP, hist_bits=COLUMNS_HIST_BITS)
+            tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
         if target != "sm90":   # register caps are NVIDIA's
             tiling = dataclasses.replace(tiling, maxnreg=None)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))

@@ -135,8 +135,6 @@ class FastTiling:
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
-    hist_bits: int = 0               # > 0: narrowing starts from a histogram of the keys' top hist_bits bits
-                                     # (_histogram_start; _tau_kernel and the column-order row kernel), 0: from all
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
@@ -264,27 +262,6 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
         new_hi = tl.where(nxt == NP, hi, lo + ((span * nxt) >> PROBE_BITS) - 1)
         new_above = tl.where(nxt == NP, above, tl.sum(tl.where(j == nxt, c, 0), 0))
     return new_lo, new_hi, new_ge, new_above
-
-
-@triton.jit
-def _histogram_start(key, n_empty, total, k_eff, HIST_BITS: tl.constexpr):
-    """A first narrowing step in one pass: the histogram of the tile's keys by their top HIST_BITS bits picks the
-    highest bin b that keeps >= k_eff keys at or above it; returns (lo, hi, ge_lo, above) of that bin's key range,
-    as _narrow's invariants want them. `key` uint32 tile with n_empty zeros (empty) among `total` non-zero keys;
-    with fewer than k_eff keys in all, the whole range [1, KEY_MAX]."""
-    NB: tl.constexpr = 1 << HIST_BITS
-    SHIFT: tl.constexpr = 32 - HIST_BITS
-    b = tl.arange(0, NB)
-    counts = tl.histogram((key >> SHIFT).to(tl.int32), NB) - tl.where(b == 0, n_empty, 0)   # empty keys: bin 0
-    ge = total - tl.cumsum(counts, 0) + counts                       # keys in bins >= b
-    pick = tl.max(tl.where(ge >= k_eff, b, -1), 0)
-    ge_pick = tl.sum(tl.where(b == pick, ge, 0), 0)
-    in_pick = tl.sum(tl.where(b == pick, counts, 0), 0)
-    found = pick >= 0
-    bin_lo = pick.to(tl.int64) << SHIFT
-    lo = tl.where(found, tl.maximum(bin_lo, 1), 1)
-    hi = tl.where(found, bin_lo + ((1 << SHIFT) - 1), _KEY_MAX)
-    return lo, hi, tl.where(found, ge_pick, total), tl.where(found, ge_pick - in_pick, 0)
 
 
 @triton.jit
@@ -629,7 +606,6 @@ def _tau_kernel(
     HAS_STARTS: tl.constexpr,
     TILE_W: tl.constexpr,  # power of two >= groups
     CAP: tl.constexpr,
-    HIST_BITS: tl.constexpr,   # FastTiling.hist_bits
     PDL: tl.constexpr,
 ):
     """tau of one row: narrowed on the group maxima while more than k_eff + CAP / TAU_SLACK_DIV of them are >= it
@@ -640,13 +616,10 @@ def _tau_kernel(
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     g = tl.arange(0, TILE_W)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
+    lo = (start * 0 + 1).to(tl.int64)
+    hi = lo * 0 + _KEY_MAX
     ge_lo = tl.sum((gmax > 0).to(tl.int32), 0)
-    if HIST_BITS > 0:
-        lo, hi, ge_lo, above = _histogram_start(gmax, TILE_W - ge_lo, ge_lo, k_eff, HIST_BITS)
-    else:
-        lo = (start * 0 + 1).to(tl.int64)
-        hi = lo * 0 + _KEY_MAX
-        above = start * 0
+    above = start * 0
     while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
         lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
     qualifies = gmax >= lo.to(tl.uint32)
@@ -922,8 +895,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
             GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
         _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                             TILE_W=tiling.tile_w, CAP=tiling.cap, HIST_BITS=tiling.hist_bits,
-                             num_warps=tiling.num_warps, **pdl)
+                             TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
         _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
             logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
             HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
@@ -986,7 +958,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     targets=ISA_TARGETS),
         CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "HIST_BITS": tiling.hist_bits, "PDL": tiling.pdl}, targets=ISA_TARGETS),
+                                "PDL": tiling.pdl}, targets=ISA_TARGETS),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,

@@ -84,10 +84,6 @@ TILINGS = {
     "segments_many_rows": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                                      segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
-    # narrowing from a histogram of the keys' top bits: the column-order row kernel (2048 bins, tiny candidate
-    # tile) and both forms' tau (256 bins)
-    "row_hist": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, hist_bits=11),
-    "long_hist": FastTiling(tile_w=128, cap=128, block=256, hist_bits=8),
 }
 
 
@@ -373,7 +369,7 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 
 # the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile, many
 # rows in three tiers, the long path with a small candidate tile and with a tiny one (streaming fallback)
-COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "row_hist", "long_hist")
+COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap")
 
 
 def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -422,15 +418,14 @@ def test_column_order_matches_sim(case: Case, tiling: str, device):
                  context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
 
 
-@pytest.mark.parametrize("hist_bits", [0, 11])
 @pytest.mark.parametrize("case", TIER_CASES + CASES[:3], ids=lambda c: c.name)
-def test_column_order_row_tiers(case: Case, hist_bits: int, device, monkeypatch):
+def test_column_order_row_tiers(case: Case, device, monkeypatch):
     """The column-order kernel holding each row in the narrowest of three tiles (many rows per SM)."""
     monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)
     rng = np.random.default_rng(sum(map(ord, case.name)))
     x = _logits(case, rng)
     starts, ends = _clamped_ranges(case)
-    tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3, hist_bits=hist_bits)
+    tiling = FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3)
     assert_exact(_columns(x, case, tiling, device),
                  in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
                  f"column-order top-k ({case.name}, tiers)")
