@@ -19,13 +19,15 @@ import click
 from .cmd_bench import INPUT_SETS, _graph_time_us, decode_inputs, prefill_inputs
 from .runtime import choose_device
 
-#: prefill settings swept per variant: PrefillSettings field -> values (block_s 2 / 4 = 64 / 128 MMA rows at H32)
-PREFILL_GRID = {"block_s": (2, 4), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
-#: decode: persistent programs per SM (schedule), then the fields of the variant's settings record it has
+#: prefill: settings field -> values to sweep; a variant sweeps the fields its own settings record has
+#: (heads on M: block_s 2 / 4 = 64 / 128 MMA rows at H32; keys on M: block_q query tokens, block_k keys a step)
+PREFILL_SWEEP = {"block_s": (2, 4), "block_n": (64, 128), "block_q": (2, 4, 8), "block_k": (64, 128),
+                 "num_warps": (4, 8), "num_stages": (2, 3)}
+#: decode: persistent programs per SM (schedule), then, likewise, the fields of the variant's settings record
 DECODE_PROGRAMS_PER_SM = (4, 8)
 DECODE_WARPS = (4, 8)
 DECODE_TOKENS_PER_STEP = (128, 256, 512)
-DECODE_TILES = (2, 4, 8)          # keys-on-M variants: tiles of 64 keys per program
+DECODE_TILES = (2, 4, 8)          # keys-on-M variants: tiles of 64 keys per program (even: the Gluon one's)
 DECODE_STAGES = (2, 3, 4)         # keys-on-M variants: software-pipeline depth
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
@@ -54,14 +56,26 @@ def _parse_grid(specs: tuple[str, ...]) -> dict:
     return grid
 
 
+def _fields(settings) -> set[str]:
+    return {f.name for f in dataclasses.fields(settings)}
+
+
+def _prefill_grid(settings) -> list[dict]:
+    """The settings to try for a prefill variant whose default settings record is `settings`: PREFILL_SWEEP's
+    fields that the record has."""
+    return _product({field: values for field, values in PREFILL_SWEEP.items() if field in _fields(settings)})
+
+
 def _prefill_rows(replays, names, grid, size):
     from hw.logits import scorer_target
     from hw.targets import Op
     from hw.variants import variants
 
     shape = PREFILL_SHAPE | ({"queries": size, "keys": size} if size else {})
-    for v in (v for v in variants(Op.PREFILL, target=scorer_target("cuda")) if not names or v.name in names):
-        for setting in _product(grid or PREFILL_GRID):
+    target = scorer_target("cuda")
+    call = SimpleNamespace(num_heads=shape["heads"], head_dim=shape["head_dim"])
+    for v in (v for v in variants(Op.PREFILL, target=target) if not names or v.name in names):
+        for setting in _product(grid) if grid else _prefill_grid(v.settings(target, call)):
             call, flops = prefill_inputs(v.kv_dtype, "cuda", variant=v.name, launch_settings=setting, **shape)
             row = _timed([call], inner=3, replays=replays)
             if "time_us" in row:
@@ -71,15 +85,12 @@ def _prefill_rows(replays, names, grid, size):
 
 
 def _decode_grid(settings, warps_options, tokens_options) -> list[dict]:
-    """The settings to try for a decode variant whose default settings record is `settings`: persistent-kernel
-    variants sweep warps and pages per step, keys-on-M variants warps, tiles per program and pipeline stages."""
-    fields = {f.name for f in dataclasses.fields(settings)}
+    """The settings to try for a decode variant whose default settings record is `settings`, the fields it has of:
+    warps, pages per step (persistent kernels), tiles per program and pipeline stages (keys on M)."""
     page = DECODE_SHAPE["page_size"]
-    if "pages_per_step" in fields:
-        grid = {"num_warps": warps_options, "pages_per_step": sorted({max(1, t // page) for t in tokens_options})}
-    else:
-        grid = {"num_warps": warps_options, "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
-    return _product(grid)
+    sweep = {"num_warps": warps_options, "pages_per_step": sorted({max(1, t // page) for t in tokens_options}),
+             "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
+    return _product({field: values for field, values in sweep.items() if field in _fields(settings)})
 
 
 def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
@@ -92,7 +103,7 @@ def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
     sms = sm_count("cuda")
     target = scorer_target("cuda")
     shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
-                            page_size=DECODE_SHAPE["page_size"])
+                            page_size=DECODE_SHAPE["page_size"], head_dim=DECODE_SHAPE["head_dim"])
     chosen = [v for v in variants(Op.DECODE, target=target) if not names or v.name in names]
     for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM[:1] if grid else DECODE_PROGRAMS_PER_SM):
         for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options,

@@ -32,3 +32,41 @@ def test_grid_option_parses_fields_and_values():
     for bad in ("tiles", "=4", "tiles="):
         with pytest.raises(click.BadParameter, match="FIELD=V1,V2"):
             _parse_grid((bad,))
+
+
+@pytest.mark.parametrize("op", ["prefill", "decode"])
+def test_default_sweeps_name_only_fields_of_each_variants_settings(op):
+    """Every scorer variant's default sweep, on every target it runs on, builds settings records that
+    dataclasses.replace accepts (a field the record lacks would come back from the GPU as an error row), and
+    sweeps at least two settings."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from hw.targets import Op
+    from hw.variants import variants
+    from tools.tune import (
+        DECODE_SHAPE,
+        DECODE_TOKENS_PER_STEP,
+        DECODE_WARPS,
+        PREFILL_SHAPE,
+        _decode_grid,
+        _prefill_grid,
+    )
+
+    if op == "prefill":
+        call = SimpleNamespace(num_heads=PREFILL_SHAPE["heads"], head_dim=PREFILL_SHAPE["head_dim"])
+        sweep = _prefill_grid
+    else:
+        call = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
+                               page_size=DECODE_SHAPE["page_size"], head_dim=DECODE_SHAPE["head_dim"])
+        sweep = lambda s: _decode_grid(s, DECODE_WARPS, DECODE_TOKENS_PER_STEP)   # noqa: E731
+    checked = 0
+    for v in variants(Op.PREFILL if op == "prefill" else Op.DECODE):
+        for target in sorted(v.targets, key=lambda t: t.value):
+            base = v.settings(target, call)
+            grid = sweep(base)
+            assert len(grid) >= 2, (v.name, target, grid)
+            for setting in grid:
+                dataclasses.replace(base, **setting)
+            checked += 1
+    assert checked >= 3
