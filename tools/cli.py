@@ -2,6 +2,7 @@
 `mxidx layout` never imports torch and `mxidx demo` can pick the device before hw/ is imported."""
 from __future__ import annotations
 
+import difflib
 import importlib
 
 import click
@@ -21,6 +22,14 @@ _COMMANDS = {
 class _LazyGroup(click.Group):
     def list_commands(self, ctx):
         return list(_COMMANDS)
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name is not None and name not in _COMMANDS and not name.startswith("-"):
+            close = difflib.get_close_matches(name, _COMMANDS, n=1)
+            ctx.fail(f"No such command '{name}'." + (f" Did you mean '{close[0]}'?" if close else
+                                                     f" Commands: {', '.join(_COMMANDS)}."))
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx, name):
         if name not in _COMMANDS:

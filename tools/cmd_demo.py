@@ -12,13 +12,16 @@ import click
 from .runtime import BadInput, choose_device
 
 DEMO_ATTENTION_CONFIG = '{"indexer_kv_dtype": "mxfp4"}'
+#: the hook's top_k limit, hw.topk.MAX_K (not imported here: hw is imported after the device is chosen)
+MAX_TOP_K = 2048
 
 
 @click.command()
 @click.option("--attention-config", "attention_config", default=DEMO_ATTENTION_CONFIG, show_default=True,
               metavar="JSON",
               help="Indexer settings (keys: indexer_kv_dtype fp8|mxfp4, indexer_layout mxfp4|mxfp4_tiled, "
-                   "indexer_scale_rule rceil|floor|even|ceil). The demo shows MXFP4 unless told otherwise; in a "
+                   "indexer_scale_rule rceil|floor|even|ceil, also spelt scale_rule). The demo shows MXFP4 unless "
+                   "told otherwise; in a "
                    "serving config an absent indexer_kv_dtype means fp8.")
 @click.option("--layers", type=click.IntRange(min=1), default=None,
               help="Indexer layers (default 2 on the CPU, 4 on a GPU).")
@@ -27,7 +30,7 @@ DEMO_ATTENTION_CONFIG = '{"indexer_kv_dtype": "mxfp4"}'
 @click.option("--decode-steps", type=click.IntRange(min=0), default=None,
               help="Decode steps after the prefill (default 8 on the CPU, 16 on a GPU).")
 @click.option("--heads", type=click.IntRange(min=1), default=None, help="Indexer heads H (default 8 CPU, 32 GPU).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None,
+@click.option("--top-k", type=click.IntRange(min=1, max=MAX_TOP_K), default=None,
               help="k of the hook and of recall@k (default prompt/16: 64 for 1024 tokens; 2048 from 8K prompts on).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="auto: the GPU when present, else the CPU through the Triton interpreter.")

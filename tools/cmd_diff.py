@@ -43,6 +43,9 @@ def diff(mode: str, device: str, patterns: tuple[str, ...], list_only: bool, as_
     click.echo(f"mxidx diff: {len(cases)} cases on {env.device}"
                f"{' (Triton interpreter)' if env.device == 'cpu' else ''}"
                f"{f' in {jobs} processes' if jobs > 1 else ''}", err=True)
+    if mode == "full" and not patterns and env.device == "cpu":
+        click.echo("note: --full is meant for a GPU; through the CPU interpreter it runs for many minutes "
+                   "(--quick covers every kernel and variant in a few)", err=True)
 
     def progress(i: int, r: difftest.CaseResult) -> None:
         ratio = f" err/bound {difftest.format_ratio(r.worst_ratio)}" if r.worst_ratio is not None else ""

@@ -227,7 +227,8 @@ def _format_text(d: dict) -> str:
 @click.option("--page-size", type=int, required=True, help="Tokens per page P (16, 32, 64, 128, 256).")
 @click.option("--head-dim", type=int, required=True, help="Head dim D (multiple of 32, 32..256).")
 @click.option("--page-stride", type=int, default=None, help="Bytes between page bases (default: the page's bytes).")
-@click.option("--num-pages", type=int, default=None, help="Pages in the view (default with --cache: all that fit).")
+@click.option("--num-pages", type=int, default=None,
+              help="Pages in the view: required without --cache (with --cache, default: all that fit).")
 @click.option("--view-offset", type=int, default=None, help="Byte offset of the view in its pool (default 0).")
 @click.option("--cache", "cache_path", type=str, default=None,
               help="Saved pool to verify: .npy uint8 array or .pt uint8 tensor (a 4-D cache view keeps its placement).")

@@ -26,3 +26,35 @@ def test_every_option_has_help(name):
 def test_bench_help_says_it_needs_a_gpu():
     result = CliRunner().invoke(main, ["bench", "--help"])
     assert result.exit_code == 0 and "on a CUDA GPU (needs one" in result.output
+
+
+def test_a_mistyped_command_gets_a_suggestion():
+    result = CliRunner().invoke(main, ["dmeo"])
+    assert result.exit_code == 2 and "No such command 'dmeo'. Did you mean 'demo'?" in result.output
+    result = CliRunner().invoke(main, ["xyzzy"])
+    assert result.exit_code == 2 and "Commands: demo, layout, diff, isa, bench." in result.output
+
+
+def test_help_states_the_limits_users_meet():
+    """--top-k's range is the hook's limit; --num-pages says when it is required; the short scale_rule key the
+    --attention-config error lists is in demo's help."""
+    from hw.topk import MAX_K
+    from tools.cmd_demo import MAX_TOP_K
+
+    assert MAX_TOP_K == MAX_K
+    demo_help = CliRunner().invoke(main, ["demo", "--help"], terminal_width=200).output
+    assert f"[1<=x<={MAX_K}]" in demo_help and "scale_rule)" in demo_help
+    result = CliRunner().invoke(main, ["demo", "--top-k", str(MAX_K + 1)])
+    assert result.exit_code == 2 and f"1<=x<={MAX_K}" in result.output
+    layout_help = CliRunner().invoke(main, ["layout", "--help"], terminal_width=200).output
+    assert "required without --cache" in layout_help
+
+
+def test_diff_full_on_the_cpu_says_it_is_meant_for_a_gpu(monkeypatch):
+    from tools import cmd_diff
+
+    monkeypatch.setattr(cmd_diff.difftest, "make_env", lambda device: type("Env", (), {"device": "cpu"})())
+    monkeypatch.setattr(cmd_diff.difftest, "select_cases", lambda quick, patterns: [])
+    monkeypatch.setattr(cmd_diff.difftest, "run_cases", lambda *a, **kw: [], raising=False)
+    result = CliRunner().invoke(main, ["diff", "--full"])
+    assert "--full is meant for a GPU" in result.output
