@@ -30,8 +30,9 @@ MAX_TOP_K = 2048
 @click.option("--decode-steps", type=click.IntRange(min=0), default=None,
               help="Decode steps after the prefill (default 8 on the CPU, 16 on a GPU).")
 @click.option("--heads", type=click.IntRange(min=1), default=None, help="Indexer heads H (default 8 CPU, 32 GPU).")
-@click.option("--top-k", type=click.IntRange(min=1, max=MAX_TOP_K), default=None,
-              help="k of the hook and of recall@k (default prompt/16: 64 for 1024 tokens; 2048 from 8K prompts on).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None,
+              help=f"k of the hook and of recall@k, at most {MAX_TOP_K} (default prompt/16: 64 for 1024 tokens; "
+                   f"{MAX_TOP_K} from 8K prompts on).")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="auto: the GPU when present, else the CPU through the Triton interpreter.")
 def demo(attention_config, layers, prompt_len, decode_steps, heads, top_k, device):
