@@ -6,7 +6,7 @@ import torch
 from ._topk_details import MAX_K
 from ._topk_details.kernel import top_k_per_row_kernel
 from ._topk_details.variants import TopKCall
-from .checks import check_kernel_device, check_same_device, check_tensor
+from .checks import check_flag, check_kernel_device, check_same_device, check_tensor
 from .targets import Op, target_of
 from .variants import select
 
@@ -42,6 +42,7 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     if starts is not None:
         check_tensor("starts", starts, dtypes=torch.int32, shape=(rows,), contiguous=True)
     device = check_same_device(logits=logits, lengths=lengths, starts=starts)
+    check_flag("sorted", sorted)   # a Python bool: a tensor's truth value would sync
     if isinstance(k, bool) or not isinstance(k, int):
         raise ValueError(f"k must be a Python int, got {type(k).__name__}")
     if not 1 <= k <= MAX_K:
@@ -64,5 +65,5 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
         return out
     if width == 0:
         return out.fill_(-1)
-    chosen.run(TopKCall(logits, lengths, starts, out, bool(sorted)), target, launch_settings)
+    chosen.run(TopKCall(logits, lengths, starts, out, sorted), target, launch_settings)
     return out
