@@ -56,6 +56,7 @@ from .radix_fast import (
     _tau_kernel,
     group_size,
     k_pad,
+    probe_bits,
     row_tiers,
     row_tile,
 )
@@ -95,7 +96,7 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 @triton.jit
 def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr,
-                     ROW_BITS: tl.constexpr, PROBE_BITS: tl.constexpr):
+                     PROBE_BITS: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE)."""
     cols = base + tl.arange(0, TILE)
@@ -106,7 +107,7 @@ def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: t
     ge_lo = end - start
     above = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, ROW_BITS)
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         flags = inside.to(tl.int32)
@@ -160,7 +161,6 @@ def _columns_row_kernel(
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
     CAP: tl.constexpr,    # candidate tile
-    ROW_BITS: tl.constexpr,     # probes per round on the row: 2^ROW_BITS - 1
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     PDL: tl.constexpr,
 ):
@@ -176,21 +176,18 @@ def _columns_row_kernel(
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
-        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, ROW_BITS, PROBE_BITS)
+        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
-        HALF: tl.constexpr = TILE_W // 2
-        QUARTER: tl.constexpr = TILE_W // 4
-        if end - base > HALF:
-            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, ROW_BITS, PROBE_BITS)
+        if end - base > TILE_W // 2:
+            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
         elif TIERS == 2:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, HALF, ROW_BITS, PROBE_BITS)
-        elif end - base > QUARTER:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, HALF, ROW_BITS, PROBE_BITS)
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
+        elif end - base > TILE_W // 4:
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
         else:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, QUARTER, ROW_BITS,
-                             PROBE_BITS)
+            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 4, PROBE_BITS)
 
 
 @triton.jit
@@ -278,14 +275,14 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     starts_arg = lengths if starts is None else starts
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=tiling.tile_bits,
+    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   **pdl)
     if width <= tiling.tile_w:
         cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile,
-            TIERS=row_tiers(tile, tiling.tiers), ROW_BITS=tiling.row_bits, num_warps=tiling.num_warps,
+            TIERS=row_tiers(tile, tiling.tiers), num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -303,8 +300,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
         GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
     _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                         TILE_W=tiling.tile_w, CAP=tiling.cap, ROW_BITS=tiling.row_bits, num_warps=tiling.num_warps,
-                         **pdl)
+                         TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
     _candidates_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
@@ -326,7 +322,7 @@ _LONG_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i3
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
     """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
-    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": tiling.tile_bits,
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
@@ -340,8 +336,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
             why = ""
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
-                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers),
-                                                 "ROW_BITS": tiling.row_bits}),)
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
@@ -353,7 +348,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=min(tiling.num_warps, 8),
                     targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "ROW_BITS": tiling.row_bits, "PDL": tiling.pdl}),
+                                "PDL": tiling.pdl}),
     ) if set(targets) - {"sm90"} else ()
     return shared + (
         CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,

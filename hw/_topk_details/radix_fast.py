@@ -62,7 +62,6 @@ Two paths, picked from the width alone (the grid depends only on shapes):
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -95,8 +94,8 @@ ORDER_WARPS = 4
 CAND_WARPS = 4           # of the long path's candidate programs (docs/perf/h200-topk-candidates.json)
 RANK_ROWS = 64           # a range of _order_kernel holding more than twice its sort width: members ranked at a
 RANK_CHUNK = 16          # time against this many at a time
-ROW_BITS = 1             # narrowing rounds on a whole row (or its group maxima) probe 2^ROW_BITS - 1 keys ...
-TILE_BITS = 3            # ... and on the candidate tile 2^TILE_BITS - 1 (_narrow)
+PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
+                         # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
 MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
 SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
@@ -105,7 +104,6 @@ COUNTER_STRIDE = 8           # int32 words between _count_sort's atomic counters
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
 _KEY_MAX = tl.constexpr(0xFFFFFFFF)
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")   # as triton.jit decides it
 _FINE = tl.constexpr(FINE_BUCKETS)
 _SIGN_BIT = tl.constexpr(0x80000000)
 _FLT_MAX = tl.constexpr(3.4028234663852886e38)
@@ -137,8 +135,6 @@ class FastTiling:
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)
     maxnreg: int | None = None       # register cap of the selecting kernels (NVIDIA; None: ptxas chooses)
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
-    row_bits: int = ROW_BITS         # probe bits of the rounds on a whole row or its group maxima (1 .. 4)
-    tile_bits: int = TILE_BITS       # probe bits of the rounds on the candidate tile (1 .. 4)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
@@ -196,6 +192,12 @@ def count_width(segments: int, group: int) -> int:
     return FINE_BUCKETS + 32 + COUNTER_STRIDE * FINE_BUCKETS if group else segments
 
 
+def probe_bits(cap: int) -> int:
+    """Probe bits of the candidate-tile rounds for a tile of `cap` keys: 3 (7 probes) at cap <= 1024, fewer above,
+    1 (a single probe) from PROBE_ELEMS / 2."""
+    return max(1, min(3, (PROBE_ELEMS // cap).bit_length() - 1))
+
+
 def k_pad(k: int) -> int:
     """Sort width for k: the next power of two, at least MIN_K_PAD."""
     return max(MIN_K_PAD, triton.next_power_of_2(k))
@@ -233,74 +235,11 @@ def _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS: tl.constexpr):
 
 
 @triton.jit
-def _add2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
-def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
-    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
-
-
-@triton.jit
-def _add8(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7):
-    return a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5, a6 + b6, a7 + b7
-
-
-@triton.jit
-def _pair(key, lo, span, j: tl.constexpr, PROBE_BITS: tl.constexpr):
-    """One packed count word: key >= probe j in the low 16 bits, key >= probe j + 1 in the high 16 (probe
-    2^PROBE_BITS counts nothing: it is past hi)."""
-    NP: tl.constexpr = 1 << PROBE_BITS
-    low = (key >= (lo + ((span * j) >> PROBE_BITS)).to(tl.uint32)).to(tl.int32)
-    if j + 1 < NP:
-        low += (key >= (lo + ((span * (j + 1)) >> PROBE_BITS)).to(tl.uint32)).to(tl.int32) << 16
-    return low
-
-
-@triton.jit
-def _probe_counts(key, lo, span, PROBE_BITS: tl.constexpr):
-    """The counts of keys >= probe j = lo + floor(span * j / 2^PROBE_BITS), j = 1 .. 2^PROBE_BITS - 1, of a tile of
-    fewer than 2^16 keys, 16 bits each, two per int32 word: word i holds probes 2 i + 1 and 2 i + 2. On a GPU all
-    words come out of one multi-operand reduction (one block-wide exchange, in the keys' own layout); the
-    interpreter, whose multi-operand reductions run element by element in Python, sums each word on its own (the
-    same integers)."""
-    a = _pair(key, lo, span, 1, PROBE_BITS)
-    b = _pair(key, lo, span, 3, PROBE_BITS)
-    if PROBE_BITS == 2:
-        if _INTERPRETED:
-            w = (tl.sum(a, 0), tl.sum(b, 0))
-        else:
-            w = tl.reduce((a, b), 0, _add2)
-    else:
-        c = _pair(key, lo, span, 5, PROBE_BITS)
-        d = _pair(key, lo, span, 7, PROBE_BITS)
-        if PROBE_BITS == 3:
-            if _INTERPRETED:
-                w = (tl.sum(a, 0), tl.sum(b, 0), tl.sum(c, 0), tl.sum(d, 0))
-            else:
-                w = tl.reduce((a, b, c, d), 0, _add4)
-        else:
-            tl.static_assert(PROBE_BITS == 4, "1 to 4 probe bits")
-            e = _pair(key, lo, span, 9, PROBE_BITS)
-            f = _pair(key, lo, span, 11, PROBE_BITS)
-            g = _pair(key, lo, span, 13, PROBE_BITS)
-            h = _pair(key, lo, span, 15, PROBE_BITS)
-            if _INTERPRETED:
-                w = (tl.sum(a, 0), tl.sum(b, 0), tl.sum(c, 0), tl.sum(d, 0), tl.sum(e, 0), tl.sum(f, 0),
-                     tl.sum(g, 0), tl.sum(h, 0))
-            else:
-                w = tl.reduce((a, b, c, d, e, f, g, h), 0, _add8)
-    return w
-
-
-@triton.jit
 def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
-    """One narrowing round. `key` uint32 tile of fewer than 2^16 keys (0 = empty: below every lo >= 1); base:
-    keys outside the tile that are > hi_at_tile_creation. lo, hi int64 (1 <= lo < hi <= 2^32 - 1), ge_lo, above,
-    k_eff int32 as in the module docstring. Probes lo + floor(span * j / 2^PROBE_BITS), j = 1 .. 2^PROBE_BITS - 1
-    (one compare per key and probe, one reduction per round); returns the new (lo, hi, ge_lo, above), a strictly
-    smaller interval still holding the k_eff-th key."""
+    """One narrowing round. `key` uint32 tile (0 = empty: below every lo >= 1); base: keys outside the tile that
+    are > hi_at_tile_creation. lo, hi int64 (1 <= lo < hi <= 2^32 - 1), ge_lo, above, k_eff int32 as in the module
+    docstring. Probes lo + floor(span * j / 2^PROBE_BITS), j = 1 .. 2^PROBE_BITS - 1; returns the new
+    (lo, hi, ge_lo, above), a strictly smaller interval still holding the k_eff-th key."""
     span = hi - lo + 1
     if PROBE_BITS == 1:
         mid = lo + (span >> 1)
@@ -312,19 +251,16 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
         new_above = tl.where(up, above, c)
     else:
         NP: tl.constexpr = 1 << PROBE_BITS
-        w = _probe_counts(key, lo, span, PROBE_BITS)
-        # the counts fall with j: the new lo is the last probe still at or above the k_eff-th key (ascending, the
-        # last one taken wins), the new hi one below the first probe past it (descending; hi itself past the last)
-        new_lo, new_ge, new_hi, new_above = lo, ge_lo, hi, above
-        for j in tl.static_range(1, NP):
-            c = base + ((w[(j - 1) // 2] >> (16 * ((j - 1) % 2))) & 0xFFFF)
-            up = c >= k_eff
-            new_lo, new_ge = tl.where(up, lo + ((span * j) >> PROBE_BITS), new_lo), tl.where(up, c, new_ge)
-        for i in tl.static_range(1, NP):   # probe NP - i
-            c = base + ((w[(NP - i - 1) // 2] >> (16 * ((NP - i - 1) % 2))) & 0xFFFF)
-            below = c < k_eff
-            new_hi = tl.where(below, lo + ((span * (NP - i)) >> PROBE_BITS) - 1, new_hi)
-            new_above = tl.where(below, c, new_above)
+        j = tl.arange(0, NP)
+        probe = lo + ((span * j) >> PROBE_BITS)                 # probe[0] = lo: its count is ge_lo
+        c = base + tl.sum((key[:, None] >= probe.to(tl.uint32)[None, :]).to(tl.int32), 0)
+        c = tl.where(j == 0, ge_lo, c)
+        pick = tl.max(tl.where(c >= k_eff, j, 0), 0)            # last probe still at or above the k_eff-th key
+        nxt = pick + 1
+        new_lo = lo + ((span * pick) >> PROBE_BITS)
+        new_ge = tl.sum(tl.where(j == pick, c, 0), 0)
+        new_hi = tl.where(nxt == NP, hi, lo + ((span * nxt) >> PROBE_BITS) - 1)
+        new_above = tl.where(nxt == NP, above, tl.sum(tl.where(j == nxt, c, 0), 0))
     return new_lo, new_hi, new_ge, new_above
 
 
@@ -532,8 +468,7 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
 
 @triton.jit
 def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP: tl.constexpr,
-                    TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr,
-                    ROW_BITS: tl.constexpr):
+                    TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
     columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
     round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
@@ -550,7 +485,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     ge_lo = tl.maximum(end, start) - start
     above = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, ROW_BITS)
+        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -580,7 +515,6 @@ def _topk_row_kernel(
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
     CAP: tl.constexpr,    # candidate tile
-    ROW_BITS: tl.constexpr,     # probes per round on the row: 2^ROW_BITS - 1
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SEGMENTS: tl.constexpr,     # _partition's constants (Ordering)
     STRIDE: tl.constexpr,
@@ -604,26 +538,26 @@ def _topk_row_kernel(
     if TIERS == 1:
         lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
             row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, K_PAD, SEG_CAP,
-            COUNT_GROUP, ROW_BITS)
+            COUNT_GROUP)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W,
-                K_PAD, SEG_CAP, COUNT_GROUP, ROW_BITS)
+                K_PAD, SEG_CAP, COUNT_GROUP)
         elif TIERS == 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                K_PAD, SEG_CAP, COUNT_GROUP, ROW_BITS)
+                K_PAD, SEG_CAP, COUNT_GROUP)
         elif end - base > TILE_W // 4:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                K_PAD, SEG_CAP, COUNT_GROUP, ROW_BITS)
+                K_PAD, SEG_CAP, COUNT_GROUP)
         else:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 4,
-                K_PAD, SEG_CAP, COUNT_GROUP, ROW_BITS)
+                K_PAD, SEG_CAP, COUNT_GROUP)
     if bucketed == 0:
         if direct == 0:
             _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
@@ -672,7 +606,6 @@ def _tau_kernel(
     HAS_STARTS: tl.constexpr,
     TILE_W: tl.constexpr,  # power of two >= groups
     CAP: tl.constexpr,
-    ROW_BITS: tl.constexpr,   # probes per round: 2^ROW_BITS - 1
     PDL: tl.constexpr,
 ):
     """tau of one row: narrowed on the group maxima while more than k_eff + CAP / TAU_SLACK_DIV of them are >= it
@@ -688,7 +621,7 @@ def _tau_kernel(
     ge_lo = tl.sum((gmax > 0).to(tl.int32), 0)
     above = start * 0
     while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, ROW_BITS)
+        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
     qualifies = gmax >= lo.to(tl.uint32)
     tl.debug_barrier()   # each thread has read its maxima
     tl.store(gmax_ptr + row * groups + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
@@ -931,7 +864,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         PER_ROW.launch(call, PER_ROW.settings(Target.NVIDIA, call))
         return
     starts_arg = lengths if starts is None else starts
-    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=tiling.tile_bits,
+    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   num_warps=tiling.num_warps, **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}))
     order = ordering(k, tiling)
     common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
@@ -949,8 +882,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     if on_chip:
         tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
-                                  TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), ROW_BITS=tiling.row_bits,
-                                  **common, **pdl)
+                                  TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), **common, **pdl)
     else:
         gsize = group_size(width, tiling.tile_w)
         assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
@@ -963,8 +895,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
             GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
         _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                             TILE_W=tiling.tile_w, CAP=tiling.cap, ROW_BITS=tiling.row_bits,
-                             num_warps=tiling.num_warps, **pdl)
+                             TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
         _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
             logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
             HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
@@ -1001,7 +932,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
-    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": tiling.tile_bits,
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
               "COUNT_W": count_width(order.segments, group), "PDL": tiling.pdl}
     order_spec = CompileSpec(
@@ -1013,8 +944,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     if width <= tiling.tile_w:
         tile = row_tile(width)
         return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
-                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers),
-                                                 "ROW_BITS": tiling.row_bits},
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)},
                             maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
                             scratch_ok="" if tiling.maxnreg is None else
                             "two programs per SM, three row tiles in 128 registers, some words spilled: faster "
@@ -1028,7 +958,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     targets=ISA_TARGETS),
         CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "ROW_BITS": tiling.row_bits, "PDL": tiling.pdl}, targets=ISA_TARGETS),
+                                "PDL": tiling.pdl}, targets=ISA_TARGETS),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,

@@ -84,11 +84,6 @@ TILINGS = {
     "segments_many_rows": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                                      segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
-    # several probes per round: on the row (15, 3 on a tiny candidate tile) and on the group maxima (7, 15 on the
-    # candidate tile)
-    "row_probes": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, row_bits=4,
-                             tile_bits=2),
-    "long_probes": FastTiling(tile_w=128, cap=128, block=256, row_bits=3, tile_bits=4),
 }
 
 
@@ -221,8 +216,7 @@ def test_rows_wider_than_the_long_path_go_to_per_row(device, monkeypatch):
 
 
 def test_launch_constants():
-    """Powers of two; the long path's groups fit the tile; 1 to 4 probe bits; packed counts (16 bits) cannot
-    carry: rows on chip, group maxima and candidates fewer than 2^16."""
+    """Powers of two; the long path's groups fit the tile; probes x candidates within PROBE_ELEMS."""
     for width, k in [(1, 1), (8192, 2048), (8193, 2048), (131072, 2048), (131072, 4096), (2 ** 24 + 1, 64),
                      (radix_fast.FAST_MAX_WIDTH, 2048), (radix_fast.FAST_MAX_WIDTH + 1, 64), (2 ** 31 - 1, 64)]:
         t = radix_fast.fast_tiling(width, k)
@@ -233,7 +227,7 @@ def test_launch_constants():
             assert -(-width // group) <= t.tile_w
             # a candidate program holds whole groups (wider rows go to the per-row kernel)
             assert group <= t.block or width > radix_fast.FAST_MAX_WIDTH
-        assert 1 <= t.row_bits <= 4 and 1 <= t.tile_bits <= 4 and max(t.tile_w, t.cap) < 2 ** 16
+        assert t.cap << radix_fast.probe_bits(t.cap) <= max(radix_fast.PROBE_ELEMS, 2 * t.cap)
     assert radix_fast.fast_tiling(131072, 2048).cap == 4096 and radix_fast.group_size(131072, 8192) == 16
 
 
@@ -374,9 +368,8 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 
 
 # the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile, many
-# rows in three tiers, the long path with a small candidate tile and with a tiny one (streaming fallback); several
-# probes per round
-COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "row_probes", "long_probes")
+# rows in three tiers, the long path with a small candidate tile and with a tiny one (streaming fallback)
+COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap")
 
 
 def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
