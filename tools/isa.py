@@ -239,10 +239,12 @@ def _read_amdgcn(spec: CompileSpec, compiled, seconds: float) -> KernelIsa:
     total_vgpr = int(total.group(1)) if total else (_round_up(vgpr, 4) + agpr if agpr else vgpr)
     lds = max(compiled.metadata.shared, meta.get("group_segment_fixed_size", 0))
     occupancy, limited_by = amd_waves_per_simd(total_vgpr, sgpr, lds, spec.num_warps)
-    spills = meta.get("vgpr_spill_count", 0) + meta.get("sgpr_spill_count", 0)
+    vgpr_spills, sgpr_spills = meta.get("vgpr_spill_count", 0), meta.get("sgpr_spill_count", 0)
+    spills = vgpr_spills + sgpr_spills
     scratch = meta.get("private_segment_fixed_size", 0)
     ops = _count(_AMD_MATRIX_OP.findall(asm))
-    failures, notes = _common_failures(spec, spills, scratch, occupancy)
+    lane_spills = 0 if scratch else sgpr_spills   # without scratch memory the SGPRs went to VGPR lanes
+    failures, notes = _common_failures(spec, spills - lane_spills, scratch, occupancy, lane_spills=lane_spills)
     if spec.scaled_mfma and not any(SCALED_MFMA.match(op) for op, _ in ops):
         failures.append("MXFP4 scorer without v_mfma_scale_f32_*_f8f6f4 "
                         f"(matrix ops: {', '.join(op for op, _ in ops) or 'none'})")
@@ -311,17 +313,21 @@ def nv_warps_per_sm(regs: int, shared_bytes: int, num_warps: int) -> tuple[int, 
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-def _common_failures(spec: CompileSpec, spills: int, scratch: int, occupancy: int) -> tuple[list[str], tuple]:
-    """(failed claims, notes): scratch fails unless the spec gives a measured reason (scratch_ok), then it is a
-    note; not fitting on one CU/SM always fails."""
-    failures, notes = [], ()
+def _common_failures(spec: CompileSpec, spills: int, scratch: int, occupancy: int,
+                     lane_spills: int = 0) -> tuple[list[str], tuple]:
+    """(failed claims, notes): scratch memory or registers spilled to it fail unless the spec gives a reason
+    (scratch_ok), then it is a note; AMD's SGPRs spilled into VGPR lanes (`lane_spills`, no scratch memory: a
+    v_writelane / v_readlane pair each) are a note; not fitting on one CU/SM always fails."""
+    failures, notes = [], []
     if (spills or scratch) and spec.scratch_ok:
-        notes = (f"scratch accepted: {spec.scratch_ok}",)
+        notes.append(f"scratch accepted: {spec.scratch_ok}")
     elif spills or scratch:
         failures.append(f"scratch: {scratch} bytes, {spills} spilled registers")
+    if lane_spills:
+        notes.append(f"{lane_spills} SGPRs spilled into VGPR lanes, no scratch memory")
     if occupancy == 0:
         failures.append("does not fit on one CU/SM (registers or shared memory)")
-    return failures, notes
+    return failures, tuple(notes)
 
 
 def _count(ops: list[str]) -> tuple[tuple[str, int], ...]:

@@ -326,14 +326,9 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
-        if tiling.maxnreg is not None:
-            why = ("two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows "
-                   "kernel (docs/perf/h200-topk-columns.json: maxnreg lever)")
-        elif "gfx950" in targets and tile >= 8192:
-            why = ("gfx950: SGPRs spilled into VGPR lanes (8 under triton 3.9), no memory scratch; not timed on "
-                   "AMD hardware (the variant is NVIDIA's default)")
-        else:
-            why = ""
+        why = "" if tiling.maxnreg is None else (
+            "two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows kernel "
+            "(docs/perf/h200-topk-columns.json: maxnreg lever)")
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)

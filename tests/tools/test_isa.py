@@ -142,3 +142,20 @@ def test_compile_spec_must_name_every_parameter():
         CompileSpec("bad", tiny_dot_scaled, {"a_ptr": "*u8"}, {"M": 64, "N": 64, "D": 32})
     with pytest.raises(ValueError, match="targets must be"):
         CompileSpec("bad", tiny_dot_scaled, _tiny(32).signature, _tiny(32).constexprs, targets=("gfx942",))
+
+
+@pytest.mark.parametrize("spills, scratch, lanes, scratch_ok, failed, notes", [
+    (0, 0, 0, "", False, 0),
+    (0, 0, 8, "", False, 1),        # AMD SGPRs in VGPR lanes: no memory, a note
+    (2, 0, 0, "", True, 0),         # registers spilled to memory
+    (0, 48, 0, "", True, 0),        # a stack frame
+    (0, 48, 0, "why", False, 1),    # ... with its reason
+    (2, 16, 3, "why", False, 2),
+])
+def test_scratch_claims(spills, scratch, lanes, scratch_ok, failed, notes):
+    """Scratch memory or spills into it fail the report unless the spec says why; SGPRs spilled into VGPR lanes
+    (AMD, no scratch memory) are a note."""
+    spec = CompileSpec("claim", tiny_dot_scaled, _tiny(32).signature, _tiny(32).constexprs, scratch_ok=scratch_ok)
+    failures, got_notes = isa._common_failures(spec, spills, scratch, 8, lane_spills=lanes)
+    assert bool(failures) == failed and len(got_notes) == notes, (failures, got_notes)
+    assert isa._common_failures(spec, spills, scratch, 0, lane_spills=lanes)[0][-1].startswith("does not fit")
