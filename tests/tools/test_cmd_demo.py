@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +32,30 @@ def test_demo_tiny_run():
     assert "with Hadamard" in out and "without Hadamard" in out
     assert "[hadamard] decode: step 1/1" in out        # progress lines (stderr, mixed into output by CliRunner)
     assert "the MXFP4 self-check runs the kernels once" in out
+    _assert_readme_sample_matches(out)
+
+
+def _masked(line: str) -> str:
+    return re.sub(r"\d+(\.\d+)?", "#", line.rstrip())
+
+
+def _assert_readme_sample_matches(output: str) -> None:
+    """The README's sample (the end of a CPU demo) has the demo's lines, in order, from the gate decision on: the
+    same labels, and each sample line (numbers masked, up to its first parenthesis or bracket, before a trailing
+    ", ...") a prefix of the demo's."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(readme) if line.rstrip().endswith("The end of a CPU demo:"))
+    sample = []
+    for line in readme[start + 2:]:
+        if not line.startswith("    "):
+            break
+        sample.append(line[4:])
+    demo = [line for line in output.splitlines() if not line.startswith("[")]
+    demo = demo[next(i for i, line in enumerate(demo) if line.startswith("gate decision")):]
+    assert [_masked(line)[:18] for line in sample] == [_masked(line)[:18] for line in demo], (sample, demo)
+    for want, got in zip(sample, demo):
+        head = re.split(r"[(\[]", _masked(want.removesuffix(", ...")), maxsplit=1)[0]
+        assert _masked(got).startswith(head), (want, got)
 
 
 @pytest.mark.interp
