@@ -524,3 +524,48 @@ def test_column_order_causal_rows_gpu():
     got = hw.top_k_per_row(torch.from_numpy(x).cuda(), torch.from_numpy(ends.astype(np.int32)).cuda(), k,
                            sorted=False)
     assert_exact(got.cpu().numpy(), want, "column-order top-k, causal rows")
+
+
+#: (width, lengths, starts, k, launch settings) of test_hostile_rows_gpu: lengths 0, 1, k - 1, k, k + 1, past W,
+#: negative and 2^31 - 1; ragged starts (negative, past the end); k = 1; a tiny candidate tile on chip, a candidate
+#: tile the long path's ties overflow (its streaming rounds), the tiered many-rows kernel on few rows
+HOSTILE_GPU = [
+    (w, (w, w + 100, 2049, 2048, 2047, 1, 0, -5, w // 2, 2 ** 31 - 1), None, 2048, None) for w in (8192, 20000, 70000)
+] + [
+    (w, (w, w + 100, 2049, 2048, 2047, 1, 0, -5, w // 2, 2 ** 31 - 1), (0, 100, -7, w - 3000, 5, w, 2 ** 31 - 1, 1,
+                                                                        3, 0), 2048, None) for w in (8192, 70000)
+] + [
+    (8192, (8192, 8191, 17, 0), None, 1, None),
+    (8192, (8192, 8000, 2049, 3000, 5000, 1), None, 2048, {"cap": 64}),
+    (20000, (20000, 19000, 2049, 9000, 15000, 1), None, 2048, {"cap": 1024}),
+    (8192, (8192, 4100, 4096, 2100, 2049, 2048, 1, 0, 7000, 3000, 1500, 8191),
+     (0, 3, 5, 17, 0, 0, 0, 0, 1000, 2000, 100, 1), 2048, {"tiers": 3, "maxnreg": 128}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values", ["normal", "relu", "special", "ties"])
+@pytest.mark.parametrize("width, lengths, starts, k, settings", HOSTILE_GPU)
+def test_hostile_rows_gpu(width, lengths, starts, k, settings, values):
+    """Both forms on hostile rows through every path (on chip, tiers, long path, its streaming fallback), checked
+    against sim; small enough to run under compute-sanitizer (memcheck, racecheck)."""
+    rng = np.random.default_rng(width + len(lengths) + k)
+    shape = (len(lengths), width)
+    if values == "normal":
+        x = rng.standard_normal(shape).astype(np.float32)
+    elif values == "relu":
+        x = np.maximum(rng.standard_normal(shape) - 0.5, 0).astype(np.float32)
+    elif values == "special":
+        x = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0, 2.0], dtype=np.float32), shape)
+    else:
+        x = rng.choice(np.array([0.0, 1.0, 1.0, 2.0], dtype=np.float32), shape)
+    ends = np.clip(np.array(lengths, dtype=np.int64), 0, width)
+    begin = np.zeros_like(ends) if starts is None else np.clip(np.array(starts, dtype=np.int64), 0, ends)
+    want = sim_top_k(x, k, starts=begin, ends=ends)
+    logits = torch.from_numpy(x).cuda()
+    lengths_t = torch.tensor(lengths, dtype=torch.int32).cuda()
+    starts_t = None if starts is None else torch.tensor(starts, dtype=torch.int32).cuda()
+    for by_value, expected in ((True, want), (False, in_column_order(want))):
+        got = hw.top_k_per_row(logits, lengths_t, k, starts=starts_t, sorted=by_value, launch_settings=settings)
+        assert_exact(got.cpu().numpy(), expected, f"top-k ({'sorted' if by_value else 'columns'}, W {width}, "
+                                                  f"{values}, {settings})")
