@@ -99,8 +99,8 @@ MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Tri
 MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
 
 #: the L2 policy of the small inputs every program reads before or beside its keys (context lengths, block-table
-#: entries, query rows, weights): kept over the key stream, which passes through L2 once (1-2 % faster on the
-#: H200, docs/perf/h200-decode-ablation.md)
+#: entries, query rows, weights): kept over the key stream, which passes through L2 once (faster on the H200:
+#: docs/perf/h200-decode-ablation.md)
 KEEP_IN_L2 = tl.constexpr("evict_last")
 E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
 FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
@@ -767,7 +767,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
     32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
-    the H200, 4 warps at 64 x 128 take more registers but are 2.4x faster for MXFP4 and 1.25x for FP8 than 8,
+    the H200, 4 warps at 64 x 128 take more registers but are faster than 8 for both formats,
     docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)

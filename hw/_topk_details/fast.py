@@ -9,8 +9,8 @@ from . import column_order, radix_fast
 from .radix_fast import FAST_MAX_WIDTH, ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
 from .variants import PER_ROW, TopKCall
 
-#: the on-chip column-order kernel's candidate tile: 2-6 % faster than radix_fast.ROW_CAP's 1024 at every shape
-#: measured on the H200 (docs/perf/h200-topk-columns.json)
+#: the on-chip column-order kernel's candidate tile: faster than radix_fast.ROW_CAP's 1024 at every shape measured
+#: on the H200 (docs/perf/h200-topk.md, "Column order")
 COLUMNS_ROW_CAP = 512
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")

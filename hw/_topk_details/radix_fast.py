@@ -24,7 +24,7 @@ finishes on a CAP-wide register tile, several probes per round. The k_eff select
 asc) rule), into a per-row scratch.
 
 Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
-and barriers (26 of the 43 us of 64 x 8192 at k = 2048 on the H200, docs/perf/h200-topk-phases.json), while the
+and barriers (most of the former kernel's time on the H200: docs/perf/h200-topk-phases.json), while the
 sort of a few hundred is short. So the selecting program sorts a sample (every STRIDE-th selected composite),
 takes splitters from it and scatters the selection into SEGMENTS ranges of the composite order (`_partition`);
 then `_order_kernel` (rows x SEGMENTS programs, all SMs) sorts each range and stores it at its rank offset, the
