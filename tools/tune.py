@@ -73,9 +73,9 @@ def _prefill_rows(replays, names, grid, size):
 
     shape = PREFILL_SHAPE | ({"queries": size, "keys": size} if size else {})
     target = scorer_target("cuda")
-    call = SimpleNamespace(num_heads=shape["heads"], head_dim=shape["head_dim"])
+    geometry = SimpleNamespace(num_heads=shape["heads"], head_dim=shape["head_dim"])
     for v in (v for v in variants(Op.PREFILL, target=target) if not names or v.name in names):
-        for setting in _product(grid) if grid else _prefill_grid(v.settings(target, call)):
+        for setting in _product(grid) if grid else _prefill_grid(v.settings(target, geometry)):
             call, flops = prefill_inputs(v.kv_dtype, "cuda", variant=v.name, launch_settings=setting, **shape)
             row = _timed([call], inner=3, replays=replays)
             if "time_us" in row:
