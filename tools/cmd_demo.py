@@ -21,8 +21,7 @@ MAX_TOP_K = 2048
               metavar="JSON",
               help="Indexer settings (keys: indexer_kv_dtype fp8|mxfp4, indexer_layout mxfp4|mxfp4_tiled, "
                    "indexer_scale_rule rceil|floor|even|ceil, also spelt scale_rule). The demo shows MXFP4 unless "
-                   "told otherwise; in a "
-                   "serving config an absent indexer_kv_dtype means fp8.")
+                   "told otherwise; in a serving config an absent indexer_kv_dtype means fp8.")
 @click.option("--layers", type=click.IntRange(min=1), default=None,
               help="Indexer layers (default 2 on the CPU, 4 on a GPU).")
 @click.option("--prompt-len", type=click.IntRange(min=1), default=None,

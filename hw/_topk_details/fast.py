@@ -25,23 +25,25 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
+def _in_columns(tiling: FastTiling, width: int) -> FastTiling:
+    """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path."""
+    return dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP) if width <= tiling.tile_w else tiling
+
+
 def _settings(target: Target, call) -> FastTiling:
     rows, width = call.logits.shape
     nvidia = target is Target.NVIDIA
     tiling = fast_tiling(width, call.k, pdl=nvidia, rows=rows,
                          sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
-    if not call.sorted and width <= tiling.tile_w:
-        tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
-    return tiling
+    return tiling if call.sorted else _in_columns(tiling, width)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     specs = ()
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
-        tiling = fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
-        if width <= tiling.tile_w:
-            tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
+        tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0,
+                                         sms=1), width)
         if target != "sm90":   # register caps are NVIDIA's
             tiling = dataclasses.replace(tiling, maxnreg=None)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
