@@ -13,10 +13,67 @@ in a child process without it.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from triton.runtime.jit import KernelParam
+
 TARGETS = ("gfx950", "sm90")
+POINTER_SUFFIX = "_ptr"   # how every kernel of hw/ names its pointer parameters (kernel_signature checks it)
+DEFAULT_SCALAR = "i32"    # Triton's type of a Python int in int32 range: how the launchers pass sizes and strides
+
+
+def _parameters(fn) -> list[KernelParam]:
+    """fn's parameters as Triton reads them (name, is_constexpr), also for an interpreter function (no `params`)."""
+    params = getattr(fn, "params", None)
+    if params is not None:
+        return list(params)
+    python_fn = getattr(fn, "fn", None)
+    if python_fn is None or not hasattr(fn, "arg_names"):
+        raise TypeError(f"{fn!r} is not a @triton.jit function")
+    return [KernelParam(i, p, False, False) for i, p in enumerate(inspect.signature(python_fn).parameters.values())]
+
+
+def kernel_signature(fn, types: Mapping[str, str], constexprs: Mapping[str, Any]) -> dict[str, str]:
+    """Triton's compile signature of the @triton.jit (or Gluon) kernel `fn`, derived from its own parameter list:
+    every parameter in fn's order -> its type string, "constexpr" for a `tl.constexpr` one.
+
+    `types` gives what the parameter list cannot: the type of every pointer parameter ("*fp32", "*u8", "*i64",
+    ...; a pointer parameter is named `<name>_ptr`, and only a pointer is), and of a scalar parameter that is not
+    DEFAULT_SCALAR ("i64", "fp32", ...). `constexprs` gives every constexpr parameter's value.
+    ValueError, naming the kernel and the parameter, when `types` names a parameter fn lacks or a constexpr one,
+    types a `_ptr` parameter as a scalar or another as a pointer, or misses a `_ptr` parameter; or when
+    `constexprs` misses a constexpr parameter or names anything else. A parameter added, removed or renamed in
+    the kernel thus fails here unless it is a DEFAULT_SCALAR one, whose type follows the kernel.
+    """
+    kernel = getattr(fn, "__name__", repr(fn))
+    params = _parameters(fn)
+    constexpr = {p.name for p in params if p.is_constexpr}
+    runtime = [p.name for p in params if not p.is_constexpr]
+    for name in types:
+        if name in constexpr:
+            raise ValueError(f"{kernel}: parameter {name!r} is a constexpr; give its value, not a type")
+        if name not in runtime:
+            raise ValueError(f"{kernel} has no parameter {name!r} (types names it)")
+    for name in constexprs:
+        if name not in constexpr:
+            raise ValueError(f"{kernel} has no constexpr parameter {name!r} (constexprs names it)")
+    signature = {}
+    for p in params:
+        if p.is_constexpr:
+            if p.name not in constexprs:
+                raise ValueError(f"{kernel}: constexpr parameter {p.name!r} has no value")
+            signature[p.name] = "constexpr"
+            continue
+        ty = types.get(p.name, DEFAULT_SCALAR)
+        if p.name.endswith(POINTER_SUFFIX) and not ty.startswith("*"):
+            raise ValueError(f"{kernel}: pointer parameter {p.name!r} " + (
+                f"is typed {ty!r}" if p.name in types else "has no type (e.g. '*fp32') in types"))
+        if ty.startswith("*") and not p.name.endswith(POINTER_SUFFIX):
+            raise ValueError(f"{kernel}: parameter {p.name!r} is typed {ty!r} but not named *{POINTER_SUFFIX}")
+        signature[p.name] = ty
+    return signature
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""tools.isa: cross-compiled ISA facts for gfx950 and sm_90 (DESIGN §5), no GPU needed; hw.isa_spec's registry.
+"""tools.isa: cross-compiled ISA facts for gfx950 and sm_90 (DESIGN §5), no GPU needed; hw.isa_spec's registry and
+signatures derived from the kernels' parameter lists.
 
 The module's own ISA_SPECS (a tiny e2m1 x e2m1 `tl.dot_scaled` kernel at D = 32 and 128, and the top-k kernel at
 k = 64) are compiled once per target (module fixture; under TRITON_INTERPRET=1 tools.isa compiles in a child
@@ -10,7 +11,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from hw.isa_spec import TARGETS, CompileSpec
+from hw.isa_spec import TARGETS, CompileSpec, kernel_signature
 from hw.variants import kernel_packages, load_specs
 from tools import isa
 
@@ -135,6 +136,37 @@ def test_registry_lists_topk_and_rejects_bad_requests():
     assert {"topk", "q_quant", "gather"} <= families, families
     with pytest.raises(ValueError, match="target must be one of"):
         isa.report("gfx942")
+
+
+@triton.jit
+def tiny_copy(src_ptr, dst_ptr, n, offset, BLOCK: tl.constexpr):
+    """dst[i] = src[offset + i] for i < n, one BLOCK per program (kernel_signature's example: two scalars)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + i, tl.load(src_ptr + offset + i, mask=i < n), mask=i < n)
+
+
+def test_kernel_signature_follows_the_kernel():
+    """Every parameter in the kernel's order; pointers typed by the caller, other scalars i32 unless typed."""
+    sig = kernel_signature(tiny_copy, {"src_ptr": "*fp32", "dst_ptr": "*bf16", "offset": "i64"}, {"BLOCK": 128})
+    assert list(sig.items()) == [("src_ptr", "*fp32"), ("dst_ptr", "*bf16"), ("n", "i32"), ("offset", "i64"),
+                                 ("BLOCK", "constexpr")]
+
+
+@pytest.mark.parametrize("types, constexprs, message", [
+    ({"src_ptr": "*fp32"}, {"BLOCK": 128}, "tiny_copy: pointer parameter 'dst_ptr' has no type"),      # added
+    ({"src_ptr": "*fp32", "dst_ptr": "*fp32", "out_ptr": "*fp32"}, {"BLOCK": 128},
+     "tiny_copy has no parameter 'out_ptr'"),                                                # removed or renamed
+    ({"src_ptr": "*fp32", "dst_ptr": "i32"}, {"BLOCK": 128}, "tiny_copy: pointer parameter 'dst_ptr' is typed 'i32'"),
+    ({"src_ptr": "*fp32", "dst_ptr": "*fp32", "n": "*i32"}, {"BLOCK": 128},
+     r"tiny_copy: parameter 'n' is typed '\*i32' but not named \*_ptr"),
+    ({"src_ptr": "*fp32", "dst_ptr": "*fp32", "BLOCK": "i32"}, {"BLOCK": 128},
+     "tiny_copy: parameter 'BLOCK' is a constexpr"),
+    ({"src_ptr": "*fp32", "dst_ptr": "*fp32"}, {}, "tiny_copy: constexpr parameter 'BLOCK' has no value"),
+    ({"src_ptr": "*fp32", "dst_ptr": "*fp32"}, {"BLOCK": 128, "n": 4}, "tiny_copy has no constexpr parameter 'n'"),
+])
+def test_kernel_signature_names_the_kernel_and_parameter_it_rejects(types, constexprs, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_signature(tiny_copy, types, constexprs)
 
 
 def test_compile_spec_must_name_every_parameter():
