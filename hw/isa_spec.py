@@ -82,8 +82,9 @@ class CompileSpec:
 
     label        unique over hw/, "<family>/<variant>", e.g. "topk/k2048" or "paged_logits/mxfp4/D128/P64".
     fn           the @triton.jit function object.
-    signature    every *runtime* parameter of fn -> Triton type string: "*fp32", "*u8", "*i32", "*fp8e4nv", "i32",
-                 "i64", "fp32", ... (pointer element type after "*"). Constexpr parameters are not listed here.
+    types        the types fn's parameter list cannot give, as kernel_signature takes them: every pointer
+                 parameter's ("*fp32", "*u8", "*i32", "*fp8e4nv", ...: the element type after "*") and a scalar's
+                 that is not DEFAULT_SCALAR.
     constexprs   every tl.constexpr parameter of fn -> its value.
     num_warps    launch option, as the launcher passes it.
     num_stages   software-pipelining depth (Triton's default is 3 on NVIDIA, 2 on AMD when None).
@@ -96,11 +97,12 @@ class CompileSpec:
     scratch_ok   empty: a stack frame or spilled registers fail the report. Otherwise the measured reason this
                  instantiation may have them (its tiles were timed faster than scratch-free ones); the report
                  still lists the bytes.
+    signature    derived: kernel_signature(fn, types, constexprs), what triton.compile takes.
     """
 
     label: str
     fn: Any
-    signature: Mapping[str, str]
+    types: Mapping[str, str]
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int | None = None
@@ -109,18 +111,17 @@ class CompileSpec:
     targets: tuple[str, ...] = TARGETS
     scaled_mfma: bool = False
     scratch_ok: str = ""
+    signature: Mapping[str, str] = field(init=False)
 
     def __post_init__(self):
         unknown = set(self.targets) - set(TARGETS)
         if unknown or not self.targets:
             raise ValueError(f"CompileSpec {self.label!r}: targets must be a non-empty subset of {TARGETS}, "
                              f"got {self.targets}")
-        names = list(getattr(self.fn, "arg_names", None) or [])
-        given = list(self.signature) + list(self.constexprs)
-        if sorted(given) != sorted(names) or len(set(given)) != len(given):
-            raise ValueError(f"CompileSpec {self.label!r}: signature + constexprs must name every parameter of "
-                             f"{getattr(self.fn, '__name__', self.fn)} exactly once; parameters {names}, "
-                             f"given {given}")
+        try:
+            object.__setattr__(self, "signature", kernel_signature(self.fn, self.types, self.constexprs))
+        except ValueError as e:
+            raise ValueError(f"CompileSpec {self.label!r}: {e}") from None
         for name in self.aligned or ():
-            if name not in self.signature:
+            if self.signature.get(name, "constexpr") == "constexpr":
                 raise ValueError(f"CompileSpec {self.label!r}: aligned names {name!r}, not a runtime parameter")

@@ -145,7 +145,6 @@ def compile_spec(spec: CompileSpec, target: str):
             raise ValueError(f"{spec.label}: fn is not a compilable @triton.jit function (got "
                              f"{type(spec.fn).__name__}: TRITON_INTERPRET=1 was set when it was defined; "
                              f"tools.isa.report compiles in a child process then)")
-        signature = dict(spec.signature) | {name: "constexpr" for name in spec.constexprs}
         aligned = [n for n, t in spec.signature.items() if t.startswith("*")] if spec.aligned is None \
             else spec.aligned
         attrs = {(spec.fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
@@ -155,7 +154,7 @@ def compile_spec(spec: CompileSpec, target: str):
         if spec.maxnreg is not None and target == "sm90":
             options["maxnreg"] = spec.maxnreg
         kind = GluonASTSource if isinstance(spec.fn, GluonJITFunction) else ASTSource     # Gluon: layouts given
-        source = kind(spec.fn, signature, constexprs=dict(spec.constexprs), attrs=attrs)
+        source = kind(spec.fn, dict(spec.signature), constexprs=dict(spec.constexprs), attrs=attrs)
         start = time.perf_counter()
         compiled = triton.compile(source, target=GPU_TARGETS[target], options=options)
         _COMPILED[key] = (compiled, time.perf_counter() - start)

@@ -24,11 +24,8 @@ def _spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
         constexprs["TILED"] = layout == "mxfp4_tiled"
     return CompileSpec(
         label=f"gather/{layout}/D{head_dim}/P{page_size}", fn=gather_mxfp4_kernel if mx else gather_fp8_kernel,
-        signature={"cache_ptr": "*u8", "block_table_ptr": "*i32", "cu_ptr": "*i32",
-                   ("codes_ptr" if mx else "values_ptr"): "*u8", "scales_ptr": "*u8" if mx else "*i32",
-                   "flag_ptr": "*i32",
-                   "num_rows": "i32", "batch": "i32", "max_pages": "i32", "num_pages": "i32", "page_stride": "i32",
-                   "stride_bt0": "i32", "stride_bt1": "i32"},
+        types={"cache_ptr": "*u8", "block_table_ptr": "*i32", "cu_ptr": "*i32",
+               ("codes_ptr" if mx else "values_ptr"): "*u8", "scales_ptr": "*u8" if mx else "*i32", "flag_ptr": "*i32"},
         constexprs=constexprs, num_warps=NUM_WARPS,
         aligned=("cache_ptr", "codes_ptr" if mx else "values_ptr", "scales_ptr", "page_stride"))
 

@@ -868,21 +868,17 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
     kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
     s = keys_m_settings(target, kv_dtype, heads, next_n, page_size)
     path = DEFAULT_PATH[target] if kv_dtype == "mxfp4" else "mma"
-    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "out_ptr", "flag_ptr")
-    types = {"w_ptr": "*fp32", "out_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "flag_ptr": "*i32"}
+    pointers = {"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
+                "bt_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32"}
     return CompileSpec(
         label=f"paged_keys_m/{layout}/{path}/D{head_dim}/P{page_size}/N{next_n}/H{heads}", fn=paged_keys_m_kernel,
-        signature={**{p: types.get(p, "*u8") for p in pointers}, "cap": "i32", "page_stride": "i32",
-                   "max_pages": "i32", "num_cache_pages": "i32",
-                   **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
-                                               "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
-                                               "stride_bt_b", "stride_out_r")}},
+        types=pointers,
         constexprs={"N": next_n, "N_PAD": s.n_pad, "H": heads, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
                     "TILE_PAGES": s.tile_pages, "TILES": s.tiles, "NUM_STAGES": s.num_stages,
                     "KV_FORMAT": (FMT_MXFP4 if kv_dtype == "mxfp4" else FMT_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
                     "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "FP8_HALVES": s.fp8_halves},
-        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+        num_warps=s.num_warps, aligned=(*pointers, "page_stride"), targets=(target.isa_target,),
         scaled_mfma=path == "dot_scaled" and head_dim >= 64)
 
 

@@ -590,7 +590,7 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
     return CompileSpec(
         label=f"paged_keys_m_wgmma/D{head_dim}/P{page_size}/N{next_n}/H{heads}/T{tiles}" + ("/tiled" if tiled else "")
               + ("/flag" if error_flag else "") + ("/ctx2d" if ctx_2d else ""),
-        fn=paged_keys_m_wgmma_kernel, signature=base.signature,
+        fn=paged_keys_m_wgmma_kernel, types=base.types,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
                     "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
                     "TILED": tiled},

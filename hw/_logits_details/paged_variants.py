@@ -70,22 +70,17 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
     frame would fail the report (elsewhere it is listed: docs/perf/isa-sm90-triton3.6.md)."""
     kv_dtype = "fp8" if layout == "fp8" else "mxfp4"
     s = paged_settings(kv_dtype, ISA_HEADS, next_n, page_size)
-    pointers = ("q_v_ptr", "q_s_ptr", "cache_ptr", "w_ptr", "ctx_ptr", "bt_ptr", "sched_ptr", "out_ptr", "flag_ptr")
+    pointers = {"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
+                "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32"}
     return CompileSpec(
         label=f"paged_logits/{layout}/{'mma' if kv_dtype == 'fp8' else path}/D{head_dim}/P{page_size}/N{next_n}",
-        fn=paged_logits_kernel,
-        signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "cache_ptr": "*u8", "w_ptr": "*fp32", "ctx_ptr": "*i32",
-                   "bt_ptr": "*i32", "sched_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32", "cap": "i32",
-                   "page_stride": "i32", "batch": "i32", "max_pages": "i32", "num_cache_pages": "i32",
-                   **{name: "i32" for name in ("stride_qv_b", "stride_qv_n", "stride_qv_h", "stride_qs_b",
-                                               "stride_qs_n", "stride_qs_h", "stride_w_r", "stride_ctx_b",
-                                               "stride_bt_b", "stride_out_r")}},
+        fn=paged_logits_kernel, types=pointers,
         constexprs={"N": next_n, "N_PAD": s.n_pad, "H": ISA_HEADS, "H_PAD": s.h_pad, "D": head_dim, "P": page_size,
                     "PAGES_PER_STEP": s.pages_per_step, "KV_FORMAT": (KV_MXFP4 if kv_dtype == "mxfp4"
                                                                       else KV_FP8).value,
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_PATH": mx_path.value,
                     "PROMOTE_K": FP8_PROMOTE_K, "HAS_FLAG": False},
-        num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
+        num_warps=s.num_warps, aligned=(*pointers, "page_stride"), targets=(target.isa_target,),
         scaled_mfma=kv_dtype == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64,
         scratch_ok="" if default else f"not the default variant on {target.isa_target}")
 

@@ -463,8 +463,6 @@ def _launcher(kv_dtype: str):
 ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 #: the runtime integers Triton specialises as multiples of 16 at the serving shape (FP8 and MXFP4 alike)
 _ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
-_POINTERS = ("q_v_ptr", "q_s_ptr", "k_v_ptr", "k_s_ptr", "w_ptr", "ks_ptr", "ke_ptr", "out_ptr", "wide_ptr",
-             "flag_ptr", "k8_ptr", "kmeta_ptr")
 
 
 def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
@@ -472,19 +470,18 @@ def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pas
     pass, or with exact_pass its exact pass."""
     mx = kv_dtype == "mxfp4"
     s = keys_m_prefill_settings(target, kv_dtype, heads, head_dim)
-    types = {"k_s_ptr": "*u8" if mx else "*fp32", "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32",
-             "out_ptr": "*fp32", "wide_ptr": "*i32", "flag_ptr": "*i32", "kmeta_ptr": "*i32"}
+    pointers = {"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
+                "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "wide_ptr": "*i32",
+                "flag_ptr": "*i32", "k8_ptr": "*u8", "kmeta_ptr": "*i32"}
     path = "exact" if exact_pass else "fold" if mx else "mma"
     return CompileSpec(
         label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
-        signature={**{p: types.get(p, "*u8") for p in _POINTERS}, "S": "i32", "SK": "i32",
-                   **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
-                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
+        types=pointers,
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True,
                     "CLEAN_OUTSIDE": not s.clean_apart, "EXACT_PASS": exact_pass, "HAS_FLAG": False},
-        num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=_POINTERS + _ALIGNED_INTS,
+        num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=(*pointers, *_ALIGNED_INTS),
         targets=(target.isa_target,))
 
 
@@ -492,8 +489,7 @@ def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
     """fold_keys_kernel as the MXFP4 launcher runs it on `target`."""
     return CompileSpec(
         label=f"prefill_keys_m/mxfp4/fold_keys/D{head_dim}", fn=fold_keys_kernel,
-        signature={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32", "SK": "i32",
-                   "stride_kv_t": "i32", "stride_ks_t": "i32"},
+        types={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32"},
         constexprs={"D": head_dim, "BLOCK_K": FOLD_KEYS_BLOCK,
                     "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim).mx_mode},
         aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "SK"),
@@ -505,8 +501,7 @@ def clean_outside_isa_spec(target: Target) -> CompileSpec:
     s = keys_m_prefill_settings(target, "mxfp4", 32, 128)
     return CompileSpec(
         label="prefill_keys_m/clean_outside", fn=clean_outside_kernel,
-        signature={"ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "S": "i32", "SK": "i32",
-                   "stride_out_s": "i32"},
+        types={"ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32"},
         constexprs={"BLOCK_Q": s.block_q, "BLOCK_K": s.block_k, "COLUMNS": CLEAN_COLUMNS},
         aligned=("ks_ptr", "ke_ptr", "out_ptr", "stride_out_s", "SK"), targets=(target.isa_target,))
 

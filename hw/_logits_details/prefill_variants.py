@@ -85,11 +85,8 @@ def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> C
     s = _settings_for(path, target, ISA_HEADS)
     return CompileSpec(
         label=f"prefill_logits/{kv_dtype}/{'mma' if not mx else path}/D{head_dim}", fn=prefill_logits_kernel,
-        signature={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
-                   "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32",
-                   "S": "i32", "SK": "i32",
-                   **{name: "i32" for name in ("stride_qv_s", "stride_qv_h", "stride_qs_s", "stride_qs_h",
-                                               "stride_kv_t", "stride_ks_t", "stride_w_s", "stride_out_s")}},
+        types={"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
+               "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "flag_ptr": "*i32"},
         constexprs={"H": ISA_HEADS, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_S": s.block_s, "BLOCK_N": s.block_n,
                     "KEYS_PER_PROGRAM": s.keys_per_program, "KV_FORMAT": (KV_MXFP4 if mx else KV_FP8).value,
                     "MX_PATH": mx_path.value, "PROMOTE_K": FP8_PROMOTE_K, "CLEAN": True,

@@ -17,8 +17,8 @@ BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
 INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
 NUM_WARPS = 4
 
-_WRITER_SIG = {"cache_ptr": "*u8", "slot_ptr": "*i64", "flag_ptr": "*i32", "num_tokens": "i32", "num_slots": "i32",
-               "page_stride": "i32", "stride_kt": "i32", "stride_kd": "i32", "stride_s": "i32"}
+# the pointer types of both K-cache writers (hw.isa_spec.kernel_signature)
+_WRITER_TYPES = {"k_ptr": "*bf16", "cache_ptr": "*u8", "slot_ptr": "*i64", "flag_ptr": "*i32"}
 
 
 def _fp8_targets(label: str, hw_e4m3: bool) -> dict:
@@ -39,7 +39,7 @@ def _writer_spec(layout: str, head_dim: int, page_size: int, hw_e4m3: bool = Fal
         constexprs |= {"HW_E4M3": hw_e4m3}
         where = _fp8_targets(label, hw_e4m3)
     return CompileSpec(**where, fn=k_quant_cache_mxfp4_kernel if mx else k_quant_cache_fp8_kernel,
-                       signature={"k_ptr": "*bf16", **_WRITER_SIG}, constexprs=constexprs, num_warps=NUM_WARPS,
+                       types=_WRITER_TYPES, constexprs=constexprs, num_warps=NUM_WARPS,
                        aligned=("cache_ptr", "page_stride"))
 
 
@@ -47,13 +47,11 @@ def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False) -> CompileSpec:
     d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": BLOCK_T}
     if kv_dtype == "mxfp4":
         return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
-                           signature={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8", "num_rows": "i32",
-                                      "stride_qr": "i32", "stride_qd": "i32"},
+                           types={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8"},
                            constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=NUM_WARPS,
                            aligned=("codes_ptr", "scales_ptr"))
     return CompileSpec(**_fp8_targets(f"q_quant/fp8/D{head_dim}", hw_e4m3), fn=q_quant_fp8_kernel,
-                       signature={"q_ptr": "*bf16", "w_ptr": "*fp32", "values_ptr": "*u8", "w_out_ptr": "*fp32",
-                                  "num_rows": "i32", "stride_qr": "i32", "stride_qd": "i32", "stride_w": "i32"},
+                       types={"q_ptr": "*bf16", "w_ptr": "*fp32", "values_ptr": "*u8", "w_out_ptr": "*fp32"},
                        constexprs=d | {"HW_E4M3": hw_e4m3}, num_warps=NUM_WARPS, aligned=("values_ptr", "w_out_ptr"))
 
 

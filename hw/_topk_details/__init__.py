@@ -49,15 +49,11 @@ def rows_tiling(rows: int, width: int, k: int) -> RowsTiling:
     return RowsTiling(per_program, block, min(sort_width, RANK_ELEMS // (per_program * sort_width)))
 
 
-_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32", "width": "i32",
-              "stride_row": "i32", "k": "i32"}
-
-
 def _spec(k: int, has_starts: bool) -> CompileSpec:
     return CompileSpec(
         label=f"topk/k{k}" + ("/ragged" if has_starts else ""),
         fn=top_k_per_row_kernel,
-        signature=_SIGNATURE,
+        types={"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32"},
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "BLOCK": BLOCK},
         num_warps=NUM_WARPS,
     )

@@ -38,14 +38,14 @@ from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from .kernel import _order_key
 from .radix_fast import (
-    _CAND_SIGNATURE,
-    _GMAX_SIGNATURE,
+    _CAND_TYPES,
+    _GMAX_TYPES,
     _KEY_MAX,
     _META,
     _META_COUNT,
     _META_GROUPS,
     _META_TAU,
-    _TAU_SIGNATURE,
+    _TAU_TYPES,
     FastTiling,
     _candidates_kernel,
     _count_ge_stream,
@@ -312,11 +312,11 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
-_ROW_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32",
-                  "cand_ptr": "*i32", "width": "i32", "stride_row": "i32", "k": "i32"}
-_LONG_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
-                   "cand_ptr": "*i32", "chunk_ptr": "*i32", "out_ptr": "*i32", "width": "i32", "stride_row": "i32",
-                   "k": "i32", "chunk_w": "i32"}
+# the column-order kernels' pointer types (hw.isa_spec.kernel_signature)
+_COLUMNS_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32",
+                      "cand_ptr": "*i32"}
+_COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
+                       "cand_ptr": "*i32", "chunk_ptr": "*i32", "out_ptr": "*i32"}
 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
@@ -329,28 +329,28 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         why = "" if tiling.maxnreg is None else (
             "two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows kernel "
             "(docs/perf/h200-topk-columns.json: maxnreg lever)")
-        return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, signature=_ROW_SIGNATURE,
+        return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, types=_COLUMNS_ROW_TYPES,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
-        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
+        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, types=_GMAX_TYPES,
                     num_warps=tiling.num_warps, targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                 "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)}),
         # 8 waves of 64 (NVIDIA's 16 warps' threads): at 16 the 8192 maxima spill past 128 VGPRs a lane
-        CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=min(tiling.num_warps, 8),
+        CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=min(tiling.num_warps, 8),
                     targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
                                 "PDL": tiling.pdl}),
     ) if set(targets) - {"sm90"} else ()
     return shared + (
-        CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
+        CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "CHUNK_IDS": True, "PDL": tiling.pdl}),
-        CompileSpec(label=label + "/columns", fn=_columns_long_kernel, signature=_LONG_SIGNATURE,
+        CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                     num_warps=tiling.num_warps, targets=targets,
                     constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))

@@ -911,18 +911,16 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
 ISA_TARGETS = ("sm90",)
+# each kernel's pointer types (hw.isa_spec.kernel_signature)
 _PARTS = {"bucket_ptr": "*i64", "count_ptr": "*i32", "lower_ptr": "*i64"}
-_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", "cand_ptr": "*i32",
-              **_PARTS, "width": "i32", "stride_row": "i32", "k": "i32"}
-_ORDER_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", **_PARTS, "out_ptr": "*i32",
-                    "width": "i32", "k": "i32"}
-_GMAX_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32",
-                   "width": "i32", "stride_row": "i32", "groups": "i32"}
-_TAU_SIGNATURE = {"starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32", "meta_ptr": "*i32", "width": "i32",
-                  "groups": "i32", "k": "i32"}
-_CAND_SIGNATURE = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gid_ptr": "*i32",
-                   "meta_ptr": "*i32", "cand_ptr": "*i32", "chunk_ptr": "*i32", "width": "i32", "stride_row": "i32",
-                   "groups": "i32"}
+_TOPK_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64",
+                   "cand_ptr": "*i32", **_PARTS}
+_TOPK_LONG_TYPES = _TOPK_ROW_TYPES | {"meta_ptr": "*i32"}
+_ORDER_TYPES = {"starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64", **_PARTS, "out_ptr": "*i32"}
+_GMAX_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32"}
+_TAU_TYPES = {"starts_ptr": "*i32", "ends_ptr": "*i32", "gmax_ptr": "*i32", "meta_ptr": "*i32"}
+_CAND_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "gid_ptr": "*i32",
+               "meta_ptr": "*i32", "cand_ptr": "*i32", "chunk_ptr": "*i32"}
 
 
 def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
@@ -936,14 +934,14 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
               "SEGMENTS": order.segments, "STRIDE": order.stride, "SEG_CAP": order.seg_cap, "COUNT_GROUP": group,
               "COUNT_W": count_width(order.segments, group), "PDL": tiling.pdl}
     order_spec = CompileSpec(
-        label=label + "/order", fn=_order_kernel, signature=_ORDER_SIGNATURE, num_warps=tiling.order_warps,
+        label=label + "/order", fn=_order_kernel, types=_ORDER_TYPES, num_warps=tiling.order_warps,
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
                     "SEG_CAP": order.seg_cap, "COUNT_GROUP": group, "COUNT_W": common["COUNT_W"],
                     "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
         targets=ISA_TARGETS)
     if width <= tiling.tile_w:
         tile = row_tile(width)
-        return (CompileSpec(label=label, fn=_topk_row_kernel, signature=_SIGNATURE, num_warps=tiling.num_warps,
+        return (CompileSpec(label=label, fn=_topk_row_kernel, types=_TOPK_ROW_TYPES, num_warps=tiling.num_warps,
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)},
                             maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
                             scratch_ok="" if tiling.maxnreg is None else
@@ -952,19 +950,19 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                 order_spec)
     gsize = group_size(width, tiling.tile_w)
     return (
-        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, signature=_GMAX_SIGNATURE,
+        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, types=_GMAX_TYPES,
                     num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)},
                     targets=ISA_TARGETS),
-        CompileSpec(label=label + "/tau", fn=_tau_kernel, signature=_TAU_SIGNATURE, num_warps=tiling.num_warps,
+        CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
                                 "PDL": tiling.pdl}, targets=ISA_TARGETS),
-        CompileSpec(label=label + "/candidates", fn=_candidates_kernel, signature=_CAND_SIGNATURE,
+        CompileSpec(label=label + "/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "CHUNK_IDS": False, "PDL": tiling.pdl}),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
-                    signature=_SIGNATURE | {"meta_ptr": "*i32"}, constexprs=common | {"BLOCK": tiling.block},
+                    types=_TOPK_LONG_TYPES, constexprs=common | {"BLOCK": tiling.block},
                     targets=ISA_TARGETS),
         order_spec,
     )

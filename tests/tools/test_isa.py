@@ -169,11 +169,13 @@ def test_kernel_signature_names_the_kernel_and_parameter_it_rejects(types, const
         kernel_signature(tiny_copy, types, constexprs)
 
 
-def test_compile_spec_must_name_every_parameter():
-    with pytest.raises(ValueError, match="must name every parameter"):
+def test_compile_spec_rejects_what_the_kernel_lacks():
+    with pytest.raises(ValueError, match="CompileSpec 'bad': tiny_dot_scaled: pointer parameter 'a_scale_ptr'"):
         CompileSpec("bad", tiny_dot_scaled, {"a_ptr": "*u8"}, {"M": 64, "N": 64, "D": 32})
     with pytest.raises(ValueError, match="targets must be"):
-        CompileSpec("bad", tiny_dot_scaled, _tiny(32).signature, _tiny(32).constexprs, targets=("gfx942",))
+        CompileSpec("bad", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs, targets=("gfx942",))
+    with pytest.raises(ValueError, match="aligned names 'M', not a runtime parameter"):
+        CompileSpec("bad", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs, aligned=("M",))
 
 
 @pytest.mark.parametrize("spills, scratch, lanes, scratch_ok, failed, notes", [
@@ -187,7 +189,7 @@ def test_compile_spec_must_name_every_parameter():
 def test_scratch_claims(spills, scratch, lanes, scratch_ok, failed, notes):
     """Scratch memory or spills into it fail the report unless the spec says why; SGPRs spilled into VGPR lanes
     (AMD, no scratch memory) are a note."""
-    spec = CompileSpec("claim", tiny_dot_scaled, _tiny(32).signature, _tiny(32).constexprs, scratch_ok=scratch_ok)
+    spec = CompileSpec("claim", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs, scratch_ok=scratch_ok)
     failures, got_notes = isa._common_failures(spec, spills, scratch, 8, lane_spills=lanes)
     assert bool(failures) == failed and len(got_notes) == notes, (failures, got_notes)
     assert isa._common_failures(spec, spills, scratch, 0, lane_spills=lanes)[0][-1].startswith("does not fit")
