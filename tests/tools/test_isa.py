@@ -7,6 +7,8 @@ process that imports this module by name).
 """
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import triton
 import triton.language as tl
@@ -176,6 +178,24 @@ def test_compile_spec_rejects_what_the_kernel_lacks():
         CompileSpec("bad", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs, targets=("gfx942",))
     with pytest.raises(ValueError, match="aligned names 'M', not a runtime parameter"):
         CompileSpec("bad", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs, aligned=("M",))
+
+
+def _parameters(fn) -> list[tuple[str, bool]]:
+    """(name, is a tl.constexpr) of fn's parameters, read from its Python signature (compiled or interpreted)."""
+    params = inspect.signature(fn.fn).parameters.values()
+    return [(p.name, "constexpr" in str(p.annotation)) for p in params]
+
+
+@pytest.mark.parametrize("spec", load_specs()[0], ids=lambda spec: spec.label)
+def test_every_spec_compiles_its_kernels_own_parameters(spec):
+    """Each spec's compile signature is its kernel's parameter list: the runtime parameters typed (pointers as
+    pointers), the constexpr ones marked and valued."""
+    params = _parameters(spec.fn)
+    assert list(spec.signature) == [name for name, _ in params], spec.label
+    assert {n for n, t in spec.signature.items() if t == "constexpr"} == set(spec.constexprs) == \
+        {name for name, constexpr in params if constexpr}, spec.label
+    for name, ty in spec.signature.items():
+        assert ty == "constexpr" or ty.startswith("*") == name.endswith("_ptr"), (spec.label, name, ty)
 
 
 @pytest.mark.parametrize("spills, scratch, lanes, scratch_ok, failed, notes", [
