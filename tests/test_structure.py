@@ -12,6 +12,8 @@ Rules:
   3. No package (sim, hw, integration, tools) has an import cycle among its own modules. A package's __init__
      counts as a module; an import of a submodule does not count as an import of its package's __init__ (Python
      runs that __init__ first, but an __init__ that imports its own submodules would otherwise always be a cycle).
+  4. hw/ types no kernel signature by hand (hw.isa_spec.kernel_signature derives it from the kernel's parameter
+     list): no module-level name ending in `_SIGNATURE`, no dict literal or comprehension passed as `signature=`.
 """
 from __future__ import annotations
 
@@ -111,6 +113,33 @@ def test_no_import_cycles_inside_a_package(package):
     assert cycle is None, f"import cycle in {package}/: " + " -> ".join(cycle)
 
 
+def _hand_typed_signatures(source: str) -> list[str]:
+    """Where `source` types a signature by hand (rule 4), as "line N: what"."""
+    tree = ast.parse(source)
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias.asname or alias.name for alias in node.names]
+        else:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        found += [f"line {node.lineno}: {name}" for name in names if name.endswith("_SIGNATURE")]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            found += [f"line {kw.lineno}: a dict passed as signature=" for kw in node.keywords
+                      if kw.arg == "signature" and any(isinstance(n, (ast.Dict, ast.DictComp))
+                                                       for n in ast.walk(kw.value))]
+    return found
+
+
+def test_hw_types_no_signature_by_hand():
+    offenders = sorted(f"{_rel(m)} {where}" for m, path in SOURCES.items() if m.split(".")[0] == "hw"
+                       for where in _hand_typed_signatures(path.read_text()))
+    assert not offenders, "derive signatures with hw.isa_spec.kernel_signature (CompileSpec's types):\n" + \
+        "\n".join(offenders)
+
+
 def test_the_checks_see_imports():
     """The rules are not vacuous: the import graph holds edges these tests rely on."""
     assert "hw.layout" in IMPORTS["integration.pool"]
@@ -118,3 +147,8 @@ def test_the_checks_see_imports():
     assert "integration.selfcheck" in IMPORTS["integration.gates"]     # a function-local import
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _is_private_hw("hw._logits_details.launch_config") and not _is_private_hw("hw.__init__")
+    assert _hand_typed_signatures('_SIGNATURE = {"x_ptr": "*u8"}\nfrom .a import _B_SIGNATURE\n'
+                                  'S: dict = spec(signature={"n": "i32"})\nf(signature=T | {"m": "i32"})\n'
+                                  'g(signature={n: "i32" for n in N})\ng(types={"x_ptr": "*u8"})\n') == [
+        "line 1: _SIGNATURE", "line 2: _B_SIGNATURE", "line 3: a dict passed as signature=",
+        "line 4: a dict passed as signature=", "line 5: a dict passed as signature="]
