@@ -13,7 +13,8 @@ import sys
 
 import torch
 
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs
+from tools.timing import graph_time_us
 from tools.runtime import choose_device
 
 SHAPES = [(64, 8192, 2, 64), (256, 8192, 2, 64), (64, 32768, 2, 64), (8, 32768, 2, 64), (16, 8192, 2, 64),
@@ -32,7 +33,7 @@ for batch, context, next_n, heads in SHAPES:
         row = {**shape, **setting}
         sets = [decode_inputs("fp8", "cuda", seed=i, variant="fp8_keys_m", launch_settings=setting or None,
                               **shape, **COMMON) for i in range(INPUT_SETS)]
-        us = _graph_time_us([call for call, _ in sets], inner=20, replays=20)
+        us = graph_time_us([call for call, _ in sets], inner=20, replays=20)
         row.update(time_us=us, frac_copy=sets[0][1] / us / 1e3 / copy)
         if list(setting) == ["fp8_halves"]:
             logits[setting["fp8_halves"]] = sets[0][0]().clone()

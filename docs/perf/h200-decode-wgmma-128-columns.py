@@ -18,7 +18,8 @@ import torch
 from hw import variants
 from hw._logits_details import paged_keys_m_wgmma as wgmma
 from hw.targets import Op
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs
+from tools.timing import graph_time_us
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 forms = importlib.import_module("h200-decode-wgmma-forms")
@@ -31,7 +32,7 @@ NARROW = ((64, 8192, 1, 32), (64, 8192, 1, 64), (64, 8192, 2, 32), (8, 32768, 1,
 
 
 def _time(sets) -> float:
-    return round(_graph_time_us([c for c, _ in sets], inner=20, replays=30), 2)
+    return round(graph_time_us([c for c, _ in sets], inner=20, replays=30), 2)
 
 
 def _inputs(kv_dtype: str, variant: str | None, shape: dict):

@@ -19,7 +19,8 @@ import torch
 
 from hw import variants
 from hw.targets import Op
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs
+from tools.timing import graph_time_us
 
 NAME = "mxfp4_keys_m_wgmma"
 #: (batch, context, next_n, heads)
@@ -68,10 +69,10 @@ def main(out_path: str, *files: str) -> None:
             res[f"{label}_equal"] = bool(torch.equal(ref.nan_to_num(7.0), sets[0][0]()[:, :visible].nan_to_num(7.0)))
         for _ in range(2):
             if key == "B64/ctx8192/N1/H32":
-                res.setdefault("fp8", []).append(round(_graph_time_us([c for c, _ in fp8], inner=20, replays=30), 2))
+                res.setdefault("fp8", []).append(round(graph_time_us([c for c, _ in fp8], inner=20, replays=30), 2))
             for label, form in forms:
                 _use(form)
-                us = _graph_time_us([c for c, _ in sets], inner=20, replays=30)
+                us = graph_time_us([c for c, _ in sets], inner=20, replays=30)
                 res.setdefault(label, []).append(round(us, 2))
         _use(tree)
         print(key, res, flush=True)

@@ -17,7 +17,8 @@ import sys
 
 import torch
 
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs, json_recorder
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs, json_recorder
+from tools.timing import graph_time_us
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 INNER, REPLAYS = 20, 30
@@ -27,7 +28,7 @@ KERNELS = (("fp8", "fp8", None), ("mxfp4_tl", "mxfp4", "mxfp4_keys_m"), ("mxfp4_
 def timed(kv_dtype, variant, settings=None, **shape):
     sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, variant=variant, launch_settings=settings, **shape)
             for i in range(INPUT_SETS)]
-    us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+    us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
     return {"time_us": us, "GBps": sets[0][1] / us / 1e3}, sets[0][0]
 
 
@@ -47,7 +48,7 @@ def tiles_grid(log) -> None:
         chosen = grid_choice(batch, -(-context // 64), sms)
         for tiles in TILE_RANGE:
             settings.update(tiles=tiles)
-            us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+            us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
             log(f"tiles/B{batch}/ctx{context}/N{next_n}/H{heads}/tiles{tiles}",
                 {"time_us": us, "GBps": sets[0][1] / us / 1e3, "grid_choice": tiles == chosen})
         del sets

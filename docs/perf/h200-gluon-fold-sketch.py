@@ -200,7 +200,8 @@ def emulate(inp, batch, context, page=64):
 
 
 def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8, 2), (16, 2), (4, 3), (8, 3))):
-    from tools.cmd_bench import _copy_GBps, _graph_time_us
+    from tools.cmd_bench import _copy_GBps
+    from tools.timing import graph_time_us
     batch, context = 64, 8192
     result = {"copy": _copy_GBps(20, 30)}
     sets = [build_inputs(batch, context, "cuda", seed) for seed in range(4)]
@@ -216,7 +217,7 @@ def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8,
     emu = emulate(sets[0], 2, context)
     scale = ref.abs().max()
     result["emulation_vs_shipped_rows0_1"] = float((emu - ref[:2].double().cpu()).abs().max() / scale.double().cpu())
-    result["shipped_mxfp4_us"] = _graph_time_us([s["ref"] for s in sets], inner=20, replays=30)
+    result["shipped_mxfp4_us"] = graph_time_us([s["ref"] for s in sets], inner=20, replays=30)
     for tiles, mode in configs:
         outs[0].fill_(float("nan"))
         sketch(0, tiles, mode)()
@@ -224,7 +225,7 @@ def main(out_path, configs=((4, 0), (8, 0), (4, 1), (8, 1), (16, 1), (4, 2), (8,
         name = f"sketch_tiles{tiles}{('', '_prefetch', '_cp_async', '_pairs')[mode]}"
         result[name] = {"equal_to_shipped": bool(torch.equal(outs[0], ref)),
                         "max_abs_diff_over_max": float((outs[0] - ref).abs().max() / scale),
-                        "time_us": _graph_time_us([sketch(i, tiles, mode) for i in range(4)], inner=20,
+                        "time_us": graph_time_us([sketch(i, tiles, mode) for i in range(4)], inner=20,
                                                   replays=30)}
         print(name, result[name])
     print(result)

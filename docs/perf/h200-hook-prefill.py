@@ -15,7 +15,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tools.cmd_bench import _eager_time_us, prefill_step_inputs
+from tools.cmd_bench import prefill_step_inputs
+from tools.timing import eager_time_us
 
 results = {}
 for kv_dtype in ("fp8", "mxfp4"):
@@ -27,7 +28,7 @@ for kv_dtype in ("fp8", "mxfp4"):
         call()
     host = (time.perf_counter() - start) / 10 * 1e6
     torch.cuda.synchronize()
-    results[kv_dtype] = {"eager_us": [_eager_time_us(call, iters=30) for _ in range(3)], "host_us_per_call": host}
+    results[kv_dtype] = {"eager_us": [eager_time_us(call, iters=30) for _ in range(3)], "host_us_per_call": host}
     if sys.argv[2:] == ["profile"]:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(5):

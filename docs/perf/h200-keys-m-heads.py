@@ -8,7 +8,8 @@ import itertools
 import json
 import sys
 
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs
+from tools.timing import graph_time_us
 from tools.runtime import choose_device
 
 SHAPES = [dict(batch=64, next_n=2, heads=64), dict(batch=64, next_n=1, heads=128)]
@@ -25,7 +26,7 @@ for shape, variant in itertools.product(SHAPES, ("fp8_keys_m", "mxfp4_keys_m")):
         try:
             sets = [decode_inputs(fmt, "cuda", layout=None, seed=i, variant=variant, launch_settings=setting or None,
                                   **shape, **COMMON) for i in range(INPUT_SETS)]
-            us = _graph_time_us([call for call, _ in sets], inner=20, replays=20)
+            us = graph_time_us([call for call, _ in sets], inner=20, replays=20)
             row.update(time_us=us, frac_copy=sets[0][1] / us / 1e3 / copy)
         except Exception as e:  # noqa: BLE001 -- a setting that fails to compile or launch is recorded
             row["error"] = f"{type(e).__name__}: {str(e)[:200]}"

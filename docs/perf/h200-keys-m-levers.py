@@ -11,7 +11,8 @@ that still exist; the deleted rows were {"mx_wide": 1}, {"mx_wide": 0}, {"mx_sca
 import json
 import sys
 
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs
+from tools.timing import graph_time_us
 from tools.runtime import choose_device
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
@@ -27,7 +28,7 @@ for variant, setting in COMBOS:
     sets = [decode_inputs(fmt, "cuda", layout=None, seed=i, variant=variant, launch_settings=setting, **SHAPE)
             for i in range(INPUT_SETS)]
     try:
-        us = _graph_time_us([call for call, _ in sets], inner=20, replays=30)
+        us = graph_time_us([call for call, _ in sets], inner=20, replays=30)
         row = {"variant": variant, **setting, "time_us": us, "frac_copy": sets[0][1] / us / 1e3 / copy}
     except Exception as e:  # noqa: BLE001 -- a lever that fails to compile is recorded
         row = {"variant": variant, **setting, "error": f"{type(e).__name__}: {str(e)[:200]}"}

@@ -23,7 +23,8 @@ import sys
 import torch
 
 import hw
-from tools.cmd_bench import INPUT_SETS, _copy_GBps, _graph_time_us, decode_inputs, json_recorder
+from tools.cmd_bench import INPUT_SETS, _copy_GBps, decode_inputs, json_recorder
+from tools.timing import graph_time_us
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 TOP_K, INNER, REPLAYS = 2048, 20, 30
@@ -37,12 +38,12 @@ def decode_cases(log) -> None:
             sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings=settings, **SHAPE)
                     for i in range(INPUT_SETS)]
             moved = sets[0][1]
-            us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+            us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
             log(f"decode/{kv_dtype}/pdl_{mode}", {"time_us": us, "GBps": moved / us / 1e3})
 
             def step(call):
                 return lambda: hw.top_k_per_row(call(), lengths, TOP_K, launch_settings=settings)
-            us = _graph_time_us([step(call) for call, _ in sets], inner=INNER, replays=REPLAYS)
+            us = graph_time_us([step(call) for call, _ in sets], inner=INNER, replays=REPLAYS)
             log(f"decode_step/{kv_dtype}/pdl_{mode}", {"time_us": us})
 
 
@@ -53,7 +54,7 @@ def tile_cases(log) -> None:
                 settings = {"tiles": tiles, "num_stages": stages}
                 sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings=settings, **SHAPE)
                         for i in range(INPUT_SETS)]
-                us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+                us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
                 log(f"decode/{kv_dtype}/tiles{tiles}_stages{stages}", {"time_us": us,
                                                                        "GBps": sets[0][1] / us / 1e3})
 
@@ -67,7 +68,7 @@ def occupancy_cases(log, queries=((1, 32),)) -> None:
                     shape = dict(SHAPE, batch=batch, context=context, next_n=next_n, heads=heads)
                     sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings={"tiles": tiles},
                                           **shape) for i in range(INPUT_SETS)]
-                    us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+                    us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
                     programs = batch * -(-context // (64 * tiles))
                     query = "" if (next_n, heads) == (1, 32) else f"N{next_n}H{heads}/"
                     log(f"decode/{kv_dtype}/{query}ctx{context}/B{batch}/tiles{tiles}",
@@ -88,7 +89,7 @@ def tile_keys_cases(log) -> None:
         settings = None if config is None else dict(zip(("tile_pages", "tiles", "num_warps", "num_stages"), config))
         sets = [decode_inputs(kv_dtype, "cuda", layout=None, seed=i, launch_settings=settings, **shape)
                 for i in range(INPUT_SETS)]
-        us = _graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
+        us = graph_time_us([call for call, _ in sets], inner=INNER, replays=REPLAYS)
         label = "default" if config is None else "tp{}_t{}_w{}_s{}".format(*config)
         out = sets[0][0]().clone()
         if config is None:
@@ -117,10 +118,10 @@ def topk_cases(log) -> None:
         for mode, settings in SETTINGS.items():
             out = hw.top_k_per_row(logits, lengths, TOP_K, launch_settings=settings)
             same = bool(torch.equal(torch.gather(logits, 1, out.long()), want.values))
-            us = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, TOP_K, launch_settings=settings)],
+            us = graph_time_us([lambda: hw.top_k_per_row(logits, lengths, TOP_K, launch_settings=settings)],
                                 inner=INNER, replays=REPLAYS)
             log(f"topk/64x{width}/pdl_{mode}", {"time_us": us, "same_values_as_torch": same})
-        log(f"topk/64x{width}/torch.topk", {"time_us": _graph_time_us([lambda: torch.topk(logits, TOP_K, dim=1)],
+        log(f"topk/64x{width}/torch.topk", {"time_us": graph_time_us([lambda: torch.topk(logits, TOP_K, dim=1)],
                                                                       inner=INNER, replays=REPLAYS)})
 
 

@@ -38,7 +38,8 @@ import hw
 import hw.variants as registry
 from hw._logits_details import prefill_keys_m as pk
 from hw.targets import Op, Target
-from tools.cmd_bench import _graph_time_us, json_recorder, prefill_inputs
+from tools.cmd_bench import json_recorder, prefill_inputs
+from tools.timing import graph_time_us
 
 INNER, REPLAYS = 3, 10
 SIZE, HEADS, HEAD_DIM, TOP_K = 8192, 32, 128, 2048
@@ -168,14 +169,14 @@ def floor_case(causal: bool, size: int = SIZE) -> float:
     def call():
         _floor_kernel[(size // s.block_q,)](q, w, k, ks, out, size, H=HEADS, D=HEAD_DIM, BQ=s.block_q,
                                             BK=s.block_k, STAGES=s.num_stages, num_warps=s.num_warps)
-    return _graph_time_us([call], inner=INNER, replays=REPLAYS)
+    return graph_time_us([call], inner=INNER, replays=REPLAYS)
 
 
 def prefill_case(kv_dtype: str, causal: bool, variant=None, launch_settings=None,
                  size: int = SIZE) -> tuple[float, float]:
     call, flops = prefill_inputs(kv_dtype, "cuda", queries=size, keys=size, heads=HEADS, head_dim=HEAD_DIM,
                                  causal=causal, variant=variant, launch_settings=launch_settings)
-    us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+    us = graph_time_us([call], inner=INNER, replays=REPLAYS)
     return us, flops / us / 1e6
 
 
@@ -189,7 +190,7 @@ def fold_keys_case() -> float:
         pk.fold_keys_kernel[(triton.cdiv(SIZE, pk.FOLD_KEYS_BLOCK),)](
             codes, scales, k8, meta, SIZE, codes.stride(0), scales.stride(0), k8.stride(0), D=HEAD_DIM,
             BLOCK_K=pk.FOLD_KEYS_BLOCK, MX_MODE=pk.MX_FOLD_PTX.value, num_warps=4)
-    return _graph_time_us([call], inner=INNER, replays=REPLAYS)
+    return graph_time_us([call], inner=INNER, replays=REPLAYS)
 
 
 def topk_cases(log):
@@ -206,11 +207,11 @@ def topk_cases(log):
         def call(variant=variant, settings=settings):
             hw.top_k_per_row(logits, lengths, TOP_K, out=out, variant=variant, launch_settings=settings)
         try:
-            us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+            us = graph_time_us([call], inner=INNER, replays=REPLAYS)
             log(f"topk_hook/{name}", {"time_us": us, "same": bool(torch.equal(out, want))})
         except Exception as e:   # a warp count that does not compile is a result too
             log(f"topk_hook/{name}", {"error": repr(e)[:300]})
-    log("topk_hook/torch.topk", {"time_us": _graph_time_us([lambda: torch.topk(padded, TOP_K, dim=1)],
+    log("topk_hook/torch.topk", {"time_us": graph_time_us([lambda: torch.topk(padded, TOP_K, dim=1)],
                                                            inner=INNER, replays=REPLAYS)})
 
 

@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from tools.cmd_bench import _graph_time_us, prefill_inputs
+from tools.cmd_bench import prefill_inputs
+from tools.timing import graph_time_us
 from tools.runtime import choose_device
 
 SHAPES = [(kv_dtype, size, causal) for size in (8192, 4096) for kv_dtype in ("fp8", "mxfp4")
@@ -33,7 +34,7 @@ for kv_dtype, size, causal in SHAPES:
     del want
     for r in range(ROUNDS):
         for form, call in calls.items():
-            us = _graph_time_us([call], inner=INNER, replays=REPLAYS)
+            us = graph_time_us([call], inner=INNER, replays=REPLAYS)
             rows.append({"format": kv_dtype, "size": size, "causal": causal, "form": form, "round": r,
                          "time_us": us, "TFLOPs": flops / us / 1e6, "output_equal": same[form]})
             print(json.dumps(rows[-1]), flush=True)

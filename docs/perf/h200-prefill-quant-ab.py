@@ -15,7 +15,8 @@ import sys
 import torch
 
 import hw
-from tools.cmd_bench import _eager_time_us, _graph_time_us, prefill_inputs, prefill_step_inputs
+from tools.cmd_bench import prefill_inputs, prefill_step_inputs
+from tools.timing import eager_time_us, graph_time_us
 
 
 def _words_sum(t: torch.Tensor) -> int:
@@ -29,7 +30,7 @@ for fmt in ("mxfp4", "fp8"):
     for n in (8192, 4096) if head_dim == 128 else (4096,):
         for causal in (False, True):
             call, _ = prefill_inputs(fmt, "cuda", queries=n, keys=n, heads=32, head_dim=head_dim, causal=causal)
-            us = _graph_time_us([call], inner=5 if n == 8192 else 10, replays=10)
+            us = graph_time_us([call], inner=5 if n == 8192 else 10, replays=10)
             name = f"prefill{'' if head_dim == 128 else f'_D{head_dim}'}/{fmt}/{n}/{'causal' if causal else 'full'}"
             res[name] = round(us, 1)
 if head_dim != 128:
@@ -38,13 +39,13 @@ if head_dim != 128:
 gen = torch.Generator(device="cuda").manual_seed(0)
 qs = [torch.randn(8192, 32, 128, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
 ws = [torch.randn(8192, 32, device="cuda", generator=gen) for _ in range(2)]
-res["q_quant/fp8"] = round(_graph_time_us([lambda i=i: hw.quantize_q_fp8(qs[i], ws[i]) for i in range(2)],
+res["q_quant/fp8"] = round(graph_time_us([lambda i=i: hw.quantize_q_fp8(qs[i], ws[i]) for i in range(2)],
                                           inner=20, replays=20), 1)
-res["q_quant/mxfp4"] = round(_graph_time_us([lambda i=i: hw.quantize_q_mxfp4(qs[i]) for i in range(2)],
+res["q_quant/mxfp4"] = round(graph_time_us([lambda i=i: hw.quantize_q_mxfp4(qs[i]) for i in range(2)],
                                             inner=20, replays=20), 1)
 for fmt in ("fp8", "mxfp4"):
     call = prefill_step_inputs(fmt, "cuda", prompt=8192, heads=32, head_dim=128, page_size=64, topk_k=2048)
-    res[f"hook_prefill/{fmt}"] = [round(_eager_time_us(call, iters=30), 1) for _ in range(2)]
+    res[f"hook_prefill/{fmt}"] = [round(eager_time_us(call, iters=30), 1) for _ in range(2)]
 call, _ = prefill_inputs("mxfp4", "cuda", queries=4096, keys=4096, heads=32, head_dim=128, causal=True)
 res["mxfp4_4096_causal_logit_int32_sum"] = _words_sum(call())
 values, folded = hw.quantize_q_fp8(qs[0], ws[0])

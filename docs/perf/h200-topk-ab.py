@@ -14,7 +14,8 @@ import sys
 import torch
 
 from hw._topk_details import radix_fast
-from tools.cmd_bench import _graph_time_us, json_recorder
+from tools.cmd_bench import json_recorder
+from tools.timing import graph_time_us
 
 K, INNER, REPLAYS = 2048, 20, 30
 
@@ -34,7 +35,7 @@ def time_kernel(module, logits: torch.Tensor, lengths: torch.Tensor, want: torch
     module._launch(logits, lengths, None, out, tiling)
     torch.cuda.synchronize()
     same = bool(torch.equal(out, want))
-    us = _graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER, replays=REPLAYS)
+    us = graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER, replays=REPLAYS)
     return us, same, out
 
 
@@ -49,7 +50,7 @@ def main(out_path: str, before: str) -> None:
         lengths = (torch.arange(1, rows + 1, dtype=torch.int32, device="cuda") if causal
                    else torch.full((rows,), width, dtype=torch.int32, device="cuda"))
         padded, want = reference(logits, lengths)
-        us = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=INNER, replays=REPLAYS)
+        us = graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=INNER, replays=REPLAYS)
         log(f"{name}/torch.topk", {"time_us": us})
         for label, module in (("before", old), ("after", radix_fast)):
             us, same, _ = time_kernel(module, logits, lengths, want, module.fast_tiling(width, K, pdl=True))

@@ -11,7 +11,7 @@ import importlib, json, sys
 import torch
 from hw._topk_details import radix_fast
 from hw.targets import sm_count
-from tools.cmd_bench import _graph_time_us
+from tools.timing import graph_time_us
 
 K, INNER, REPLAYS = 2048, 20, 30
 res = {}
@@ -30,7 +30,7 @@ for rnd in range(2):
     padded = torch.where(torch.arange(width, device="cuda")[None, :] < lengths[:, None].long(), logits, float("-inf"))
     want = torch.topk(padded, K, dim=1).indices.to(torch.int32)
     want = torch.where(torch.arange(K, device="cuda")[None, :] < lengths[:, None], want, -1)
-    us = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=INNER, replays=REPLAYS)
+    us = graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=INNER, replays=REPLAYS)
     log(f"{rnd}/{name}/torch.topk", us)
     for label, module, bps in (("before", old, None), ("bps2", radix_fast, 2), ("bps4", radix_fast, 4)):
         if bps: radix_fast.BUCKETS_PER_SEGMENT = bps
@@ -39,7 +39,7 @@ for rnd in range(2):
         module._launch(logits, lengths, None, out, tiling)
         torch.cuda.synchronize()
         same = bool(torch.equal(out, want))
-        us = _graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER, replays=REPLAYS)
+        us = graph_time_us([lambda: module._launch(logits, lengths, None, out, tiling)], inner=INNER, replays=REPLAYS)
         modes = None
         if bps:
             real, made = torch.empty, []

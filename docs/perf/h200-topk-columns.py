@@ -17,7 +17,8 @@ import time
 import torch
 
 import hw
-from tools.cmd_bench import _decode_case, _graph_time_us
+from tools.cmd_bench import _decode_case
+from tools.timing import graph_time_us
 
 K, INNER, REPLAYS = 2048, 20, 30
 
@@ -30,7 +31,7 @@ def rows(n, width, kind, seed=0):
 
 def time_topk(x, lengths, sorted_, inner=INNER, **settings):
     fn = lambda: hw.top_k_per_row(x, lengths, K, sorted=sorted_, launch_settings=settings or None)  # noqa: E731
-    return _graph_time_us([fn], inner=inner, replays=REPLAYS), fn()
+    return graph_time_us([fn], inner=inner, replays=REPLAYS), fn()
 
 
 def main(out_path):
@@ -56,8 +57,8 @@ def main(out_path):
             cols_us, cols_out = time_topk(x, lengths, False, inner)
             key = torch.where(sorted_out < 0, 2 ** 31 - 1, sorted_out).sort(dim=1).values
             same = torch.equal(torch.where(key == 2 ** 31 - 1, -1, key), cols_out)
-            torch_us = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=inner, replays=REPLAYS)
-            torch_unsorted = _graph_time_us([lambda: torch.topk(padded, K, dim=1, sorted=False)], inner=inner,
+            torch_us = graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=inner, replays=REPLAYS)
+            torch_unsorted = graph_time_us([lambda: torch.topk(padded, K, dim=1, sorted=False)], inner=inner,
                                             replays=REPLAYS)
             record(shape=name, rows=n, width=width, values=kind, sorted_us=sorted_us, columns_us=cols_us,
                    torch_topk_us=torch_us, torch_unsorted_us=torch_unsorted, columns_vs_torch=cols_us / torch_us,

@@ -18,7 +18,7 @@ import torch
 
 from hw._topk_details import radix_fast
 from hw.targets import sm_count
-from tools.cmd_bench import _graph_time_us
+from tools.timing import graph_time_us
 
 sys.path.insert(0, "docs/perf")
 _ab = importlib.import_module("h200-topk-ab")     # the same K and replays
@@ -78,7 +78,7 @@ def main(out_path: str, *others: str) -> None:
         lengths = (torch.arange(1, rows + 1, dtype=torch.int32, device="cuda") if causal
                    else torch.full((rows,), width, dtype=torch.int32, device="cuda"))
         padded, want = reference(logits, lengths)
-        results[f"{name}/torch.topk"] = {"time_us": _graph_time_us([lambda: torch.topk(padded, K, dim=1)],
+        results[f"{name}/torch.topk"] = {"time_us": graph_time_us([lambda: torch.topk(padded, K, dim=1)],
                                                                    inner=INNER, replays=REPLAYS)}
         for label, module in kernels:
             tiling = module.fast_tiling(width, K, pdl=True, rows=rows, sms=sms)

@@ -29,7 +29,7 @@ from hw._topk_details import radix_fast
 from hw._topk_details.kernel import _order_key, _sort_composite
 from hw._topk_details.radix_fast import _FINE, _FLT_MAX, _KEY_MAP_SPAN, _KEY_MAX, _SIGN_BIT, _key_value, _narrow
 from hw.targets import sm_count
-from tools.cmd_bench import _graph_time_us
+from tools.timing import graph_time_us
 
 sys.path.insert(0, "docs/perf")
 rows_of = importlib.import_module("h200-topk-counting")._logits
@@ -105,7 +105,7 @@ def _cut_kernel(logits_ptr, count_ptr, bucket_ptr, sink_ptr, width, k, CUT: tl.c
 
 
 def _time(fns) -> float:
-    return _graph_time_us(fns, inner=INNER, replays=REPLAYS)
+    return graph_time_us(fns, inner=INNER, replays=REPLAYS)
 
 
 def _without_ordering(module, fn) -> float:

@@ -27,7 +27,7 @@ import sys
 import torch
 
 from hw._topk_details import radix_fast
-from tools.cmd_bench import _graph_time_us
+from tools.timing import graph_time_us
 from tools.runtime import choose_device
 
 ROWS, K = 64, 2048
@@ -67,14 +67,14 @@ def _cases():
                                                                               isinstance(key, tuple)]:
         logits = torch.randn(rows, width, device="cuda", generator=gen)
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-        ref = _graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
+        ref = graph_time_us([lambda: torch.topk(logits, K, dim=1)], inner=20, replays=30)
         label = width if rows == ROWS else (rows, width)
         yield label, logits, lengths, torch.topk(logits, K, dim=1).indices.to(torch.int32), ref
     if "causal" in GRID:
         logits = torch.randn(8192, 8192, device="cuda", generator=gen)
         lengths = torch.arange(1, 8193, dtype=torch.int32, device="cuda")
         padded = logits.masked_fill(torch.arange(8192, device="cuda") >= lengths[:, None], float("-inf"))
-        ref = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=3, replays=30)
+        ref = graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=3, replays=30)
         yield "causal", logits, lengths, None, ref
 
 
@@ -95,7 +95,7 @@ for label, logits, lengths, want, ref in _cases():
             out.fill_(-7)
             radix_fast._launch(logits, lengths, None, out, tiling)
             row["exact"] = bool(torch.equal(out, want))
-            us = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
+            us = graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner,
                                 replays=30)
             row.update(time_us=us, vs_torch=us / ref)
             if sys.argv[2] == "candidates":
@@ -105,7 +105,7 @@ for label, logits, lengths, want, ref in _cases():
                     for n in kept:
                         setattr(radix_fast, n, _Skipped())
                     try:
-                        row["until_us"][name] = _graph_time_us(
+                        row["until_us"][name] = graph_time_us(
                             [lambda: radix_fast._launch(logits, lengths, None, out, tiling)], inner=inner, replays=30)
                     finally:
                         for n, fn in kept.items():
@@ -113,7 +113,7 @@ for label, logits, lengths, want, ref in _cases():
             if sys.argv[2] in ("rows", "segments", "tiers", "many_segments"):
                 order, radix_fast._order_kernel = radix_fast._order_kernel, _Skipped()
                 try:
-                    row["select_us"] = _graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],
+                    row["select_us"] = graph_time_us([lambda: radix_fast._launch(logits, lengths, None, out, tiling)],
                                                       inner=inner, replays=30)
                 finally:
                     radix_fast._order_kernel = order
