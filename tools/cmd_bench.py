@@ -14,32 +14,15 @@ import click
 from .runtime import choose_device
 from .timing import eager_time_us, graph_time_us
 
-
-def json_recorder(out_path: str):
-    """log(key, value) for the timing scripts of docs/perf: prints each result and rewrites out_path as JSON with
-    every result so far (the device and the torch / triton versions first), so that a run cut short keeps them."""
-    from pathlib import Path
-
-    import torch
-    import triton
-
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-
-    def log(key: str, value) -> None:
-        results[key] = value
-        print(key, value, flush=True)
-        Path(out_path).write_text(json.dumps(results, indent=1))
-    return log
-
-
 COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
 MATMUL_N = 8192
 
 
-def _copy_GBps(inner: int, replays: int) -> dict:
+def copy_GBps(inner: int, replays: int) -> dict:
     """Device-to-device copy bandwidth, bytes read + written, three ways: cudaMemcpyAsync eagerly, the same
     captured in a graph (a memcpy node, which the driver may hand to a copy engine rather than the SMs), and an
-    elementwise kernel (int32 negation) in a graph. The ceiling is the fastest of the three."""
+    elementwise kernel (int32 negation) in a graph. Returns {"copy_GBps": the fastest of the three (the ceiling),
+    "copy_ways_GBps": {way: GB/s}}."""
     import torch
 
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
@@ -66,7 +49,7 @@ def _ceilings(inner: int, replays: int) -> dict:
     """The machine's ceilings measured in this run: copy bandwidth and the bf16 matmul rate."""
     import torch
 
-    out = _copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
+    out = copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
     return out
 
@@ -168,10 +151,11 @@ def _hook_prefill_case(kv_dtype: str, *, replays, **shape):
     return {"format": kv_dtype, "time_us": eager_time_us(call, iters=replays)}
 
 
-def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
-                 sorted_top_k: bool = False, **shape):
-    """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
-    step, decode_step); return time and bytes moved."""
+def decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
+                sorted_top_k: bool = False, **shape):
+    """Time hw.fp8_fp4_paged_mqa_logits on one shape (decode_inputs' keywords) over `input_sets` input sets
+    (with topk_k: the whole decode step, decode_step); return {"format", "layout", "time_us", "bytes_moved",
+    "MB_moved", "GBps"}."""
     sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, variant=variant, **shape)
             for i in range(input_sets)]
     calls = [call if not topk_k else decode_step(call, topk_k=topk_k, sorted_top_k=sorted_top_k, **shape)
@@ -304,7 +288,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     for kv_dtype, layout, variant in runs:
         label = variant + ("" if layout is None else f" ({layout})")
         click.echo(f"decode {label} ...", err=True)
-        row = _decode_case(kv_dtype, layout=layout, variant=variant, inner=inner, replays=replays, **shape)
+        row = decode_case(kv_dtype, layout=layout, variant=variant, inner=inner, replays=replays, **shape)
         row.update(variant=label, frac_copy=row["GBps"] / ceil["copy_GBps"])
         decode.append(row)
     fp8_us = next(r["time_us"] for r in decode if r["format"] == "fp8")
@@ -327,7 +311,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     for kv_dtype, by_value in ((f, s) for f in (("fp8", "mxfp4") if topk_k else ()) for s in (False, True)):
         order = "sorted" if by_value else "column-order"
         click.echo(f"decode step {kv_dtype} (scorer + {order} top-k) ...", err=True)
-        row = _decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
+        row = decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
                            sorted_top_k=by_value, **shape)
         scorer_us = next(r["time_us"] for r in decode if r["variant"] == select(Op.DECODE, target, kv_dtype).name)
         step.append(row | {"variant": f"{kv_dtype} scorer + {order} top-k {topk_k}", "scorer_us": scorer_us,
