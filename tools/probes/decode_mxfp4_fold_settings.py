@@ -12,9 +12,9 @@ scale select; the overwrite of wide keys).
 import json
 import sys
 
-from tools.cmd_bench import INPUT_SETS, copy_GBps, decode_inputs
+from tools.cmd_bench import copy_GBps
+from tools.probes import decode_settings_row
 from tools.runtime import choose_device
-from tools.timing import graph_time_us
 
 SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 COMBOS = [("fp8_keys_m", {}), ("mxfp4_keys_m", {}), ("mxfp4_keys_m", {"num_stages": 2}),
@@ -27,16 +27,8 @@ def main(out_path: str) -> None:
     rows = []
     copy = copy_GBps(inner=5, replays=20)["copy_GBps"]
     for variant, setting in COMBOS:
-        fmt = variant.split("_")[0]
-        sets = [decode_inputs(fmt, "cuda", layout=None, seed=i, variant=variant, launch_settings=setting, **SHAPE)
-                for i in range(INPUT_SETS)]
-        try:
-            us = graph_time_us([call for call, _ in sets], inner=20, replays=30)
-            row = {"variant": variant, **setting, "time_us": us, "frac_copy": sets[0][1] / us / 1e3 / copy}
-        except Exception as e:  # noqa: BLE001 -- a setting that fails to compile is recorded
-            row = {"variant": variant, **setting, "error": f"{type(e).__name__}: {str(e)[:200]}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append({"variant": variant, **setting, **decode_settings_row(variant, setting, copy, replays=30, **SHAPE)})
+        print(json.dumps(rows[-1]), flush=True)
     with open(out_path, "w") as f:
         json.dump({"copy_GBps": copy, "shape": SHAPE, "rows": rows}, f, indent=1)
 

@@ -10,9 +10,9 @@ import itertools
 import json
 import sys
 
-from tools.cmd_bench import INPUT_SETS, copy_GBps, decode_inputs
+from tools.cmd_bench import copy_GBps
+from tools.probes import decode_settings_row
 from tools.runtime import choose_device
-from tools.timing import graph_time_us
 
 SHAPES = [dict(batch=64, next_n=2, heads=64), dict(batch=64, next_n=1, heads=128)]
 COMMON = dict(head_dim=128, context=8192, page_size=64)
@@ -24,18 +24,10 @@ def main(out_path: str) -> None:
     copy = copy_GBps(inner=5, replays=20)["copy_GBps"]
     rows = []
     for shape, variant in itertools.product(SHAPES, ("fp8_keys_m", "mxfp4_keys_m")):
-        fmt = variant.split("_")[0]
         for setting in [{}] + GRID:
-            row = {"variant": variant, **shape, **setting}
-            try:
-                sets = [decode_inputs(fmt, "cuda", layout=None, seed=i, variant=variant,
-                                      launch_settings=setting or None, **shape, **COMMON) for i in range(INPUT_SETS)]
-                us = graph_time_us([call for call, _ in sets], inner=20, replays=20)
-                row.update(time_us=us, frac_copy=sets[0][1] / us / 1e3 / copy)
-            except Exception as e:  # noqa: BLE001 -- a setting that fails to compile or launch is recorded
-                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.append({"variant": variant, **shape, **setting,
+                         **decode_settings_row(variant, setting, copy, replays=20, **shape, **COMMON)})
+            print(json.dumps(rows[-1]), flush=True)
     with open(out_path, "w") as f:
         json.dump({"copy_GBps": copy, "common": COMMON, "rows": rows}, f, indent=1)
 
