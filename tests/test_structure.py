@@ -14,6 +14,10 @@ Rules:
      runs that __init__ first, but an __init__ that imports its own submodules would otherwise always be a cycle).
   4. hw/ types no kernel signature by hand (hw.isa_spec.kernel_signature derives it from the kernel's parameter
      list): no module-level name ending in `_SIGNATURE`, no dict literal or comprehension passed as `signature=`.
+  5. Every Python file of the repository lies in one of those packages or in tests/, so the rules above see it
+     (docs/ holds records and their commands, no scripts).
+  6. A probe (a module of tools/probes) runs nothing when imported: at module level it only imports, defines
+     functions and classes, assigns constants and calls main() under `if __name__ == "__main__":`.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sim", "hw", "integration", "tools")
 SOURCE_DIRS = (*PACKAGES, "tests")
-
+#: directories that hold no source of the repository: version control, caches, builds, environments
+NOT_SOURCE = {"__pycache__", "build", "dist"}
 
 
 def _module_name(path: Path) -> str:
@@ -140,6 +145,46 @@ def test_hw_types_no_signature_by_hand():
         "\n".join(offenders)
 
 
+def _repository_python_files() -> list[Path]:
+    """Every .py file under ROOT but in hidden directories (.git, .venv, ...), NOT_SOURCE and *.egg-info."""
+    return sorted(p for p in ROOT.rglob("*.py")
+                  if not any(part.startswith(".") or part in NOT_SOURCE or part.endswith(".egg-info")
+                             for part in p.relative_to(ROOT).parts[:-1]))
+
+
+def test_every_python_file_is_checked():
+    outside = [p.relative_to(ROOT).as_posix() for p in _repository_python_files()
+               if p.relative_to(ROOT).parts[0] not in SOURCE_DIRS]
+    assert not outside, f"Python outside {SOURCE_DIRS}, unseen by these rules:\n" + "\n".join(outside)
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` with no else branch."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__" and not node.orelse)
+
+
+def _runs_at_import(path: Path) -> list[str]:
+    """The module-level statements of `path` other than its docstring, imports, definitions, assignments and a
+    main guard, as 'line N: StatementType'."""
+    body = ast.parse(path.read_text(), str(path)).body
+    allowed = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+    return [f"line {node.lineno}: {type(node).__name__}" for i, node in enumerate(body)
+            if not (isinstance(node, allowed) or _is_main_guard(node)
+                    or (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)))]
+
+
+PROBES = sorted(m for m in SOURCES if m.startswith("tools.probes."))
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_a_probe_runs_nothing_at_import(probe):
+    found = _runs_at_import(SOURCES[probe])
+    assert not found, f"{_rel(probe)} runs code at import (move it into main()): " + ", ".join(found)
+
+
 def test_the_checks_see_imports():
     """The rules are not vacuous: the import graph holds edges these tests rely on."""
     assert "hw.layout" in IMPORTS["integration.pool"]
@@ -152,3 +197,15 @@ def test_the_checks_see_imports():
                                   'g(signature={n: "i32" for n in N})\ng(types={"x_ptr": "*u8"})\n') == [
         "line 1: _SIGNATURE", "line 2: _B_SIGNATURE", "line 3: a dict passed as signature=",
         "line 4: a dict passed as signature=", "line 5: a dict passed as signature="]
+    assert "tools.timing" in IMPORTS["tools.probes.decode_pdl"] and "hw" in IMPORTS["tools.probes.decode_pdl"]
+    assert len(PROBES) >= 10
+
+
+def test_the_checks_see_files(tmp_path):
+    """The file and probe checks are not vacuous: they see every package and flag what they exist to flag."""
+    seen = {p.relative_to(ROOT).parts[0] for p in _repository_python_files()}
+    assert set(SOURCE_DIRS) <= seen
+    script = tmp_path / "probe.py"
+    script.write_text('"""doc"""\nimport sys\nfor a in sys.argv:\n    print(a)\nif __name__ == "__main__":\n'
+                      '    main()\nelse:\n    main()\n')
+    assert _runs_at_import(script) == ["line 3: For", "line 5: If"]

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 
 import click
 
-from .cmd_bench import _eager_time_us, _graph_time_us
 from .runtime import choose_device
+from .timing import eager_time_us, graph_time_us
 
 DEVICE = "cuda"
 FILL_CHUNK = 1 << 16   # positions written per cache-fill call (per request)
@@ -181,8 +181,8 @@ def _run_case(case: Case, opts: Options, sharded: bool, sharding, group):
         result.copy_(hook(q, k, w, meta))
 
     graphed = case.kind == "decode" and opts.timing == "graph"
-    time_us = (_graph_time_us([step], inner=opts.inner, replays=opts.replays) if graphed
-               else _eager_time_us(step, iters=opts.replays))
+    time_us = (graph_time_us([step], inner=opts.inner, replays=opts.replays) if graphed
+               else eager_time_us(step, iters=opts.replays))
     stats = {"time_us": time_us, "cache_bytes": pool.layout.pool_bytes,
              "peak_bytes": torch.cuda.max_memory_allocated(), "graph": graphed}
     if sharded:
@@ -194,8 +194,8 @@ def _run_case(case: Case, opts: Options, sharded: bool, sharding, group):
 
         def merge():
             merge_top_k(values, glob, group)
-        stats["merge_us"] = (_graph_time_us([merge], inner=opts.inner, replays=opts.replays) if graphed
-                             else _eager_time_us(merge, iters=opts.replays))
+        stats["merge_us"] = (graph_time_us([merge], inner=opts.inner, replays=opts.replays) if graphed
+                             else eager_time_us(merge, iters=opts.replays))
     return eager, result, stats
 
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .cmd_bench import _copy_GBps, _decode_case
+from .cmd_bench import copy_GBps, decode_case
 from .runtime import choose_device
 
 BATCHES = (1, 8, 64, 256)
@@ -30,7 +30,7 @@ def _rows(replays: int, formats: tuple[str, ...]):
     for batch, context, next_n, heads, kv_dtype in itertools.product(BATCHES, CONTEXTS, NEXT_NS, HEADS, formats):
         shape = dict(batch=batch, next_n=next_n, heads=heads, context=context, **FIXED)
         small = batch * context * 132 < L2_BYTES
-        row = _decode_case(kv_dtype, layout=None, variant=None, inner=10 if small else 3, replays=replays,
+        row = decode_case(kv_dtype, layout=None, variant=None, inner=10 if small else 3, replays=replays,
                            input_sets=4 if small else 1, **shape)
         yield shape | row
         torch.cuda.empty_cache()
@@ -74,7 +74,7 @@ def bench_grid(replays, json_out, plot_out):
         click.echo("tools.bench_grid times GPU kernels, but torch sees no GPU here", err=True)
         sys.exit(2)
     choose_device("cuda")
-    copy = _copy_GBps(inner=5, replays=replays)["copy_GBps"]
+    copy = copy_GBps(inner=5, replays=replays)["copy_GBps"]
     rows = []
     for row in _rows(replays, ("fp8", "mxfp4")):
         row["floor_us"] = row["bytes_moved"] / copy / 1e3

@@ -7,92 +7,32 @@ used as ceilings are measured in the same run, on the same device.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import click
 
 from .runtime import choose_device
-
-
-def _graph_time_us(fns, *, inner: int, replays: int) -> float:
-    """Median time of one call in microseconds, from `replays` replays of a graph holding `inner` calls that cycle
-    through `fns` (several input sets, so that repeated calls do not just re-read the L2: the H200's is 60 MB)."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (compiles) outside capture
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(inner):
-            fns[i % len(fns)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
-    return statistics.median(times)
-
-
-def json_recorder(out_path: str):
-    """log(key, value) for the timing scripts of docs/perf: prints each result and rewrites out_path as JSON with
-    every result so far (the device and the torch / triton versions first), so that a run cut short keeps them."""
-    from pathlib import Path
-
-    import torch
-    import triton
-
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-
-    def log(key: str, value) -> None:
-        results[key] = value
-        print(key, value, flush=True)
-        Path(out_path).write_text(json.dumps(results, indent=1))
-    return log
-
+from .timing import eager_time_us, graph_time_us
 
 COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
 MATMUL_N = 8192
 
 
-def _eager_time_us(fn, *, iters: int) -> float:
-    """Mean time of one call in microseconds over `iters` back-to-back eager calls (after one warm-up)."""
-    import torch
-
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / iters
-
-
-def _copy_GBps(inner: int, replays: int) -> dict:
+def copy_GBps(inner: int, replays: int) -> dict:
     """Device-to-device copy bandwidth, bytes read + written, three ways: cudaMemcpyAsync eagerly, the same
     captured in a graph (a memcpy node, which the driver may hand to a copy engine rather than the SMs), and an
-    elementwise kernel (int32 negation) in a graph. The ceiling is the fastest of the three."""
+    elementwise kernel (int32 negation) in a graph. Returns {"copy_GBps": the fastest of the three (the ceiling),
+    "copy_ways_GBps": {way: GB/s}}."""
     import torch
 
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
     src32, dst32 = src.view(torch.int32), dst.view(torch.int32)
     moved_kB = 2 * COPY_BYTES / 1e3
-    ways = {"memcpy_eager": moved_kB / _eager_time_us(lambda: dst.copy_(src), iters=inner * 4),
-            "memcpy_graph": moved_kB / _graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays),
-            "kernel_graph": moved_kB / _graph_time_us([lambda: torch.neg(src32, out=dst32)], inner=inner,
-                                                      replays=replays)}
+    ways = {"memcpy_eager": moved_kB / eager_time_us(lambda: dst.copy_(src), iters=inner * 4),
+            "memcpy_graph": moved_kB / graph_time_us([lambda: dst.copy_(src)], inner=inner, replays=replays),
+            "kernel_graph": moved_kB / graph_time_us([lambda: torch.neg(src32, out=dst32)], inner=inner,
+                                                     replays=replays)}
     return {"copy_GBps": max(ways.values()), "copy_ways_GBps": ways}
 
 
@@ -102,14 +42,14 @@ def _bf16_TFLOPs(replays: int) -> float:
 
     a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
-    return 2 * MATMUL_N**3 / _graph_time_us([lambda: a @ b], inner=2, replays=replays) / 1e6
+    return 2 * MATMUL_N**3 / graph_time_us([lambda: a @ b], inner=2, replays=replays) / 1e6
 
 
 def _ceilings(inner: int, replays: int) -> dict:
     """The machine's ceilings measured in this run: copy bandwidth and the bf16 matmul rate."""
     import torch
 
-    out = _copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
+    out = copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
     return out
 
@@ -208,18 +148,19 @@ def prefill_step_inputs(kv_dtype: str, device: str, *, prompt, heads, head_dim, 
 
 def _hook_prefill_case(kv_dtype: str, *, replays, **shape):
     call = prefill_step_inputs(kv_dtype, "cuda", **shape)
-    return {"format": kv_dtype, "time_us": _eager_time_us(call, iters=replays)}
+    return {"format": kv_dtype, "time_us": eager_time_us(call, iters=replays)}
 
 
-def _decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
-                 sorted_top_k: bool = False, **shape):
-    """Time hw.fp8_fp4_paged_mqa_logits on one shape over `input_sets` input sets (with topk_k: the whole decode
-    step, decode_step); return time and bytes moved."""
+def decode_case(kv_dtype: str, *, layout, variant, inner, replays, topk_k: int = 0, input_sets: int = INPUT_SETS,
+                sorted_top_k: bool = False, **shape):
+    """Time hw.fp8_fp4_paged_mqa_logits on one shape (decode_inputs' keywords) over `input_sets` input sets
+    (with topk_k: the whole decode step, decode_step); return {"format", "layout", "time_us", "bytes_moved",
+    "MB_moved", "GBps"}."""
     sets = [decode_inputs(kv_dtype, "cuda", layout=layout, seed=i, variant=variant, **shape)
             for i in range(input_sets)]
     calls = [call if not topk_k else decode_step(call, topk_k=topk_k, sorted_top_k=sorted_top_k, **shape)
              for call, _ in sets]
-    us = _graph_time_us(calls, inner=inner, replays=replays)
+    us = graph_time_us(calls, inner=inner, replays=replays)
     moved = sets[0][1]
     return {"format": kv_dtype, "layout": layout or kv_dtype, "time_us": us, "bytes_moved": moved,
             "MB_moved": moved / 1e6, "GBps": moved / us / 1e3}
@@ -261,7 +202,7 @@ def prefill_inputs(kv_dtype: str, device: str, *, queries, keys, heads, head_dim
 
 def _prefill_case(kv_dtype, *, variant, inner, replays, **shape):
     call, flops = prefill_inputs(kv_dtype, "cuda", variant=variant, **shape)
-    us = _graph_time_us([call], inner=inner, replays=replays)
+    us = graph_time_us([call], inner=inner, replays=replays)
     return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
 
 
@@ -281,10 +222,10 @@ def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False,
     else:
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
         padded = logits
-    ours = _graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, sorted=sorted, variant=variant)],
-                          inner=inner, replays=replays)
-    ref = _graph_time_us([lambda: torch.topk(padded, k, dim=1)], inner=inner, replays=replays)
-    ref_unsorted = _graph_time_us([lambda: torch.topk(padded, k, dim=1, sorted=False)], inner=inner, replays=replays)
+    ours = graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, sorted=sorted, variant=variant)],
+                         inner=inner, replays=replays)
+    ref = graph_time_us([lambda: torch.topk(padded, k, dim=1)], inner=inner, replays=replays)
+    ref_unsorted = graph_time_us([lambda: torch.topk(padded, k, dim=1, sorted=False)], inner=inner, replays=replays)
     return {"variant": variant, "rows": rows, "width": width, "k": k, "causal": causal,
             "order": "value" if sorted else "column", "time_us": ours, "torch_topk_us": ref,
             "torch_unsorted_us": ref_unsorted, "vs_torch": ours / ref}
@@ -347,7 +288,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     for kv_dtype, layout, variant in runs:
         label = variant + ("" if layout is None else f" ({layout})")
         click.echo(f"decode {label} ...", err=True)
-        row = _decode_case(kv_dtype, layout=layout, variant=variant, inner=inner, replays=replays, **shape)
+        row = decode_case(kv_dtype, layout=layout, variant=variant, inner=inner, replays=replays, **shape)
         row.update(variant=label, frac_copy=row["GBps"] / ceil["copy_GBps"])
         decode.append(row)
     fp8_us = next(r["time_us"] for r in decode if r["format"] == "fp8")
@@ -370,7 +311,7 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     for kv_dtype, by_value in ((f, s) for f in (("fp8", "mxfp4") if topk_k else ()) for s in (False, True)):
         order = "sorted" if by_value else "column-order"
         click.echo(f"decode step {kv_dtype} (scorer + {order} top-k) ...", err=True)
-        row = _decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
+        row = decode_case(kv_dtype, layout=None, variant=None, inner=inner, replays=replays, topk_k=topk_k,
                            sorted_top_k=by_value, **shape)
         scorer_us = next(r["time_us"] for r in decode if r["variant"] == select(Op.DECODE, target, kv_dtype).name)
         step.append(row | {"variant": f"{kv_dtype} scorer + {order} top-k {topk_k}", "scorer_us": scorer_us,

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 
 import click
 
-from .cmd_bench import INPUT_SETS, _graph_time_us, decode_inputs, prefill_inputs
+from .cmd_bench import INPUT_SETS, decode_inputs, prefill_inputs
 from .runtime import choose_device
+from .timing import graph_time_us
 
 #: prefill: settings field -> values to sweep; a variant sweeps the fields its own settings record has
 #: (heads on M: block_s 2 / 4 = 64 / 128 MMA rows at H32; keys on M: block_q query tokens, block_k keys a step)
@@ -36,7 +37,7 @@ PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=Fal
 def _timed(fns, *, inner, replays) -> dict:
     """{"time_us": ...} or {"error": ...} (a configuration the compiler or the launcher refuses)."""
     try:
-        return {"time_us": _graph_time_us(fns, inner=inner, replays=replays)}
+        return {"time_us": graph_time_us(fns, inner=inner, replays=replays)}
     except Exception as e:   # noqa: BLE001 -- recorded and reported; the sweep goes on
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
 

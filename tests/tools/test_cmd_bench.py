@@ -78,7 +78,7 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     monkeypatch.setattr("hw.logits.scorer_target", lambda device: Target.NVIDIA)
     monkeypatch.setattr(cmd_bench, "_ceilings", lambda **kw: {"copy_GBps": 4000.0, "copy_ways_GBps": {"eager": 4000.0},
                                                               "bf16_TFLOPs": 700.0})
-    monkeypatch.setattr(cmd_bench, "_decode_case", lambda kv_dtype, **kw: {
+    monkeypatch.setattr(cmd_bench, "decode_case", lambda kv_dtype, **kw: {
         "format": kv_dtype, "time_us": 20.0, "GBps": 3000.0, "MB_moved": 60.0, "variant_arg": kw["variant"]})
     monkeypatch.setattr(cmd_bench, "_prefill_case", lambda kv_dtype, **kw: {
         "format": kv_dtype, "time_us": 200.0, "TFLOPs": 700.0, "variant_arg": kw["variant"]})

@@ -1,15 +1,15 @@
 """The kernels of a decode step, one launch each, for Nsight Compute: where the time of the decode scorers and of
 the top-k goes, instruction by instruction.
 
-    PYTHONPATH=. ncu --clock-control none --set full --import-source yes -k regex:KERNEL -c 1 -o REPORT \\
-        python3 docs/perf/h200-ncu.py CASE
+    ncu --clock-control none --set full --import-source yes -k regex:KERNEL -c 1 -o REPORT \\
+        python3 -m tools.probes.ncu_decode_step CASE
 
-CASE: fp8 | mxfp4 (the decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, the `mxidx bench`
-shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile the second
-launch (a scorer: KERNEL paged_keys_m_kernel, or paged_keys_m_wgmma_kernel for MXFP4 on sm_90, `--launch-skip 1
--c 1`; the top-k's two kernels: KERNEL '_topk_row_kernel|_order_kernel', `--launch-skip 2 -c 2`). The tables of
-docs/perf/ncu are the metric rows of `ncu -i REPORT --page details --csv` (kernel, block, grid, section, metric,
-unit, value); the per-instruction samples come from `--page source --csv --print-source sass`.
+CASE: fp8 | mxfp4 (the default decode scorer, B64 / next_n 1 / H32 / D128 / context 8192 / page 64, the
+`mxidx bench` shape) or topk (64 rows x 8192, k = 2048). Every kernel runs once to compile, then once more: profile
+the second launch (`--launch-skip 1 -c 1` for a scorer; the top-k's kernels: `--launch-skip 2 -c 2`, KERNEL the
+names of its two kernels). The tables of docs/perf/ncu are the metric rows of `ncu -i REPORT --page details --csv`
+(kernel, block, grid, section, metric, unit, value); the per-instruction samples come from `--page source --csv
+--print-source sass`.
 """
 import sys
 

@@ -1,14 +1,15 @@
 """The column-order top-k (`hw.top_k_per_row(..., sorted=False)`) against the sorted one and torch.topk, and what
-its levers are worth, on one GPU in one run. Times: medians of CUDA-graph replays (tools.cmd_bench's method).
+its levers are worth, on one GPU in one run. Times: medians of CUDA-graph replays, as `mxidx bench` times them.
 
-    PYTHONPATH=. python3 docs/perf/h200-topk-columns.py OUT.json
+    python3 -m tools.probes.topk_columns OUT.json
 
 Rows: 64 x 8192 and 64 x 131072 (decode), 132 / 1056 x 8192 full rows, the 8192 causal rows of a prompt's prefill
 (row i sees i + 1 keys), and the same causal rows without the 2048 short ones (what the short rows cost); N(0, 1)
 and ReLU-degenerate rows (70 % exact zeros: a threshold tie larger than any candidate tile). Levers, by launch
 settings of the radix_fast variant: the register tiers of many rows (tiers 1 / 3), the register cap (maxnreg
 128 / none), the on-chip candidate tile (cap 512 / 1024 / 2048). Every lever's output is checked equal to the
-default's. The decode step: the default FP8 scorer alone, with the column-order top-k, with the sorted one.
+default's. The decode step: the default FP8 and MXFP4 scorers alone, with the column-order top-k, with the sorted
+one.
 """
 import json
 import sys
@@ -17,7 +18,8 @@ import time
 import torch
 
 import hw
-from tools.cmd_bench import _decode_case, _graph_time_us
+from tools.cmd_bench import decode_case
+from tools.timing import graph_time_us
 
 K, INNER, REPLAYS = 2048, 20, 30
 
@@ -30,7 +32,7 @@ def rows(n, width, kind, seed=0):
 
 def time_topk(x, lengths, sorted_, inner=INNER, **settings):
     fn = lambda: hw.top_k_per_row(x, lengths, K, sorted=sorted_, launch_settings=settings or None)  # noqa: E731
-    return _graph_time_us([fn], inner=inner, replays=REPLAYS), fn()
+    return graph_time_us([fn], inner=inner, replays=REPLAYS), fn()
 
 
 def main(out_path):
@@ -56,8 +58,8 @@ def main(out_path):
             cols_us, cols_out = time_topk(x, lengths, False, inner)
             key = torch.where(sorted_out < 0, 2 ** 31 - 1, sorted_out).sort(dim=1).values
             same = torch.equal(torch.where(key == 2 ** 31 - 1, -1, key), cols_out)
-            torch_us = _graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=inner, replays=REPLAYS)
-            torch_unsorted = _graph_time_us([lambda: torch.topk(padded, K, dim=1, sorted=False)], inner=inner,
+            torch_us = graph_time_us([lambda: torch.topk(padded, K, dim=1)], inner=inner, replays=REPLAYS)
+            torch_unsorted = graph_time_us([lambda: torch.topk(padded, K, dim=1, sorted=False)], inner=inner,
                                             replays=REPLAYS)
             record(shape=name, rows=n, width=width, values=kind, sorted_us=sorted_us, columns_us=cols_us,
                    torch_topk_us=torch_us, torch_unsorted_us=torch_unsorted, columns_vs_torch=cols_us / torch_us,
@@ -73,9 +75,9 @@ def main(out_path):
                        vs_default=us / cols_us, equal=torch.equal(out, cols_out))
     for kv_dtype in ("fp8", "mxfp4"):
         shape = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
-        scorer = _decode_case(kv_dtype, layout=None, variant=None, inner=INNER, replays=REPLAYS, **shape)["time_us"]
-        step = {order: _decode_case(kv_dtype, layout=None, variant=None, inner=INNER, replays=REPLAYS, topk_k=K,
-                                    sorted_top_k=order == "sorted", **shape)["time_us"]
+        scorer = decode_case(kv_dtype, layout=None, variant=None, inner=INNER, replays=REPLAYS, **shape)["time_us"]
+        step = {order: decode_case(kv_dtype, layout=None, variant=None, inner=INNER, replays=REPLAYS, topk_k=K,
+                                   sorted_top_k=order == "sorted", **shape)["time_us"]
                 for order in ("columns", "sorted")}
         record(shape="decode_step", format=kv_dtype, scorer_us=scorer, step_columns_us=step["columns"],
                step_sorted_us=step["sorted"], columns_vs_scorer=step["columns"] / scorer,
