@@ -19,7 +19,11 @@ Per row:
   on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
                  narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
                  most CAP keys are inside, narrows those to a terminal state on a CAP tile (compacted through
-                 scratch), then stores the selection from the register tile. One read of the row.
+                 scratch), then stores the selection from the register tile. One read of the row. A round on the
+                 whole tile that goes down from lo = the key of 0.0 without finding a key in the upper half of
+                 [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it, every key left
+                 inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate rows straddling
+                 the k-th place then take a few rounds, not 32).
   long           W > tile_w: radix_fast's group maxima and tau; the keys >= tau (each a candidate) are appended
                  by chunks of qualifying groups, in column order within a chunk, each chunk recording its first
                  slot and its count. The finishing program moves each candidate to its column-order slot (the
@@ -45,6 +49,7 @@ from .radix_fast import (
     _META_COUNT,
     _META_GROUPS,
     _META_TAU,
+    _SIGN_BIT,
     _TAU_TYPES,
     FastTiling,
     _candidates_kernel,
@@ -95,6 +100,24 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
+def _bisect_row(key, lo, hi, ge_lo, above, k_eff, check):
+    """One bisection round on a row tile (uint32 keys, 0 = empty) that holds every key: (lo, hi, ge_lo, above) as
+    in the module docstring, `check` int32 (0 or 1). With `check` the probe is lo + 1 instead of the midpoint: if
+    fewer than k_eff keys reach it, every key left inside equals lo and the interval closes on lo. Returns the new
+    state and the next round's `check`: whether lo is the key of 0.0 and this round went down from a midpoint
+    without finding a key in its upper half (the sign of ReLU-degenerate rows' tie on 0.0; an empty upper half
+    alone is common in the first rounds, above a row's largest key)."""
+    mid = tl.where(check != 0, lo + 1, lo + ((hi - lo + 1) >> 1))
+    c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+    up = c >= k_eff
+    new_lo = tl.where(up, mid, lo)
+    new_hi = tl.where(up, hi, mid - 1)
+    new_ge = tl.where(up, c, ge_lo)
+    new_above = tl.where(up, above, c)
+    return new_lo, new_hi, new_ge, new_above, ((check == 0) & (lo == _SIGN_BIT) & (~up) & (c == above)).to(tl.int32)
+
+
+@triton.jit
 def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr,
                      PROBE_BITS: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
@@ -106,8 +129,9 @@ def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: t
     hi = lo * 0 + _KEY_MAX
     ge_lo = end - start
     above = start * 0
+    check = start * 0
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+        lo, hi, ge_lo, above, check = _bisect_row(key, lo, hi, ge_lo, above, k_eff, check)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         flags = inside.to(tl.int32)

@@ -103,6 +103,11 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
             x[r, starts[r]], x[r, ends[r] - 1] = 8.0, 9.0
     elif case.values == "ascending":
         x = np.broadcast_to(np.arange(stride, dtype=np.float32), (rows, stride)).copy()
+    elif case.values == "relu":     # ReLU-degenerate: 4 in 5 exactly +-0.0, the rest |N(0, 1)| (and a few below)
+        x = np.abs(rng.standard_normal((rows, stride))).astype(np.float32)
+        x[rng.random((rows, stride)) < 0.8] = 0.0
+        x[rng.random((rows, stride)) < 0.05] = -0.0
+        x[rng.random((rows, stride)) < 0.01] = -1.0
     else:
         x = np.full((rows, stride), 0.75, dtype=np.float32)
     starts, ends = _clamped_ranges(case)
@@ -387,6 +392,11 @@ def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np
 COLUMN_CASES = [
     Case("k2048_ties", 2600, 2048, (2600, 2049, 2048, 2047, 1, 0, -3, 5000), values="ties"),
     Case("nonfinite_rows", 700, 64, (700, 700, 700, 700, 65, 64), values="rowwise"),
+    # the k-th key is +-0.0 with more zeros than are taken (fewer positives than k: the interval closes on the
+    # zeros' key on the whole row, wider than any candidate tile), or a positive one (more positives than k,
+    # zeros inside [lo, hi] on the way)
+    Case("relu_zeros", 3000, 2048, (3000, 2800, 2049, 2048, 1500, 400), values="relu"),
+    Case("relu_positive", 3000, 300, (3000, 2999, 1700, 301), values="relu"),
 ]
 
 
