@@ -39,6 +39,9 @@ class CompileSpec:
     scratch_ok   empty: a stack frame or spilled registers fail the report. Otherwise the measured reason this
                  instantiation may have them (its tiles were timed faster than scratch-free ones); the report
                  still lists the bytes.
+    key_tile     scorers: (keys, query rows) that one iteration of the kernel's key loop (the loop of its matrix
+                 instructions) scores, so that the report can put loops of different tiles on one scale
+                 (tools.isa's per-tile table); None for kernels without a key loop.
     """
 
     label: str
@@ -52,6 +55,7 @@ class CompileSpec:
     targets: tuple[str, ...] = TARGETS
     scaled_mfma: bool = False
     scratch_ok: str = ""
+    key_tile: tuple[int, int] | None = None
 
     def __post_init__(self):
         unknown = set(self.targets) - set(TARGETS)
@@ -64,6 +68,9 @@ class CompileSpec:
             raise ValueError(f"CompileSpec {self.label!r}: signature + constexprs must name every parameter of "
                              f"{getattr(self.fn, '__name__', self.fn)} exactly once; parameters {names}, "
                              f"given {given}")
+        if self.key_tile is not None and (len(self.key_tile) != 2 or min(self.key_tile) < 1):
+            raise ValueError(f"CompileSpec {self.label!r}: key_tile must be (keys, query rows) >= 1, "
+                             f"got {self.key_tile}")
         for name in self.aligned or ():
             if name not in self.signature:
                 raise ValueError(f"CompileSpec {self.label!r}: aligned names {name!r}, not a runtime parameter")

@@ -883,7 +883,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
                     "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "FP8_HALVES": s.fp8_halves},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
-        scaled_mfma=path == "dot_scaled" and head_dim >= 64)
+        scaled_mfma=path == "dot_scaled" and head_dim >= 64, key_tile=(s.tile_pages * page_size, s.n_pad * s.h_pad))
 
 
 #: (layout, D, P, next_n, H): the serving shape (D 128, P 64, H 32, N 1) of every layout, small head dims, a small

@@ -87,7 +87,8 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
                     "PROMOTE_K": FP8_PROMOTE_K, "HAS_FLAG": False},
         num_warps=s.num_warps, aligned=pointers + ("page_stride",), targets=(target.isa_target,),
         scaled_mfma=kv_dtype == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64,
-        scratch_ok="" if default else f"not the default variant on {target.isa_target}")
+        scratch_ok="" if default else f"not the default variant on {target.isa_target}",
+        key_tile=(s.pages_per_step * page_size, s.n_pad * s.h_pad))
 
 
 def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, shapes,

@@ -96,7 +96,7 @@ def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> C
                     "HAS_FLAG": False},
         num_warps=s.num_warps, targets=(target.isa_target,),
         scaled_mfma=mx and mx_path == MX_DOT_SCALED and head_dim >= 64,
-        scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "")
+        scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "", key_tile=(s.block_n, s.block_s * s.h_pad))
 
 
 def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, head_dims,
