@@ -122,6 +122,7 @@ PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
 DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
 MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
 MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
+AMD_MFMA_BLOCK = 32                  # gfx950: one wave's MFMA output block is AMD_MFMA_BLOCK x AMD_MFMA_BLOCK
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
 #: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
 TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
@@ -766,9 +767,10 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
-    32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
-    the H200, 4 warps at 64 x 128 take more registers but are faster than 8 for both formats,
-    docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
+    32 registers a thread, else 8, under which gfx950's FP8 kernel at 64 x 128 spills no SGPRs; on AMD 2 at
+    64 x 32 and below: a wave's MFMA block is 32 x 32, so two waves cover the tile and more would repeat their
+    MFMAs (docs/perf/isa-gfx950-structures.md). On the H200, 4 warps at 64 x 128 take more registers but are
+    faster than 8 for both formats, docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
@@ -790,10 +792,18 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
-        num_warps=num_warps if num_warps is not None else
-        4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
+        num_warps=num_warps if num_warps is not None else _default_warps(target, keys * n_pad * h_pad),
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
         pdl=target is Target.NVIDIA, fp8_halves=halves)
+
+
+def _default_warps(target: Target, tile: int) -> int:
+    """keys_m_settings' default num_warps for a score tile of `tile` fp32 elements (KEYS x query columns)."""
+    if target is Target.NVIDIA:
+        return 4
+    if target is Target.AMD and tile <= MIN_TILE_KEYS * AMD_MFMA_BLOCK:
+        return 2
+    return 4 if tile <= MIN_TILE_KEYS * 64 else 8
 
 
 def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
