@@ -356,18 +356,22 @@ def per_tile(k: KernelIsa) -> dict | None:
 
 def amd_waves_per_simd(vgprs: int, sgprs: int, lds_bytes: int, num_warps: int) -> tuple[int, str]:
     """Waves per SIMD on gfx950 for a kernel using `vgprs` (arch + acc) and `sgprs` per wave and `lds_bytes` per
-    workgroup of `num_warps` waves, counted in whole workgroups; and the limiting resource."""
-    per_simd = math.ceil(num_warps / AMD_SIMDS_PER_CU)          # waves one workgroup puts on each SIMD
+    workgroup of `num_warps` waves, counted in whole workgroups per CU (their waves spread evenly over its 4 SIMDs,
+    so that a workgroup of 2 waves holds half a wave per SIMD), rounded down; and the limiting resource."""
     by_vgpr = AMD_VGPRS_PER_SIMD_LANE // _round_up(max(vgprs, 1), AMD_VGPR_GRANULE)
     by_sgpr = next((w for limit, w in AMD_SGPR_WAVES if sgprs <= limit), 7)
-    limits = {
-        "waves": AMD_MAX_WAVES_PER_SIMD // per_simd,
-        "vgpr": min(by_vgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
-        "sgpr": min(by_sgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
+
+    def workgroups(waves_per_simd: int) -> int:     # whole workgroups that fit in that many waves on every SIMD
+        return waves_per_simd * AMD_SIMDS_PER_CU // num_warps
+
+    limits = {   # workgroups per CU
+        "waves": workgroups(AMD_MAX_WAVES_PER_SIMD),
+        "vgpr": workgroups(min(by_vgpr, AMD_MAX_WAVES_PER_SIMD)),
+        "sgpr": workgroups(min(by_sgpr, AMD_MAX_WAVES_PER_SIMD)),
         "lds": AMD_LDS_PER_CU // _round_up(lds_bytes, AMD_LDS_GRANULE) if lds_bytes else math.inf,
     }
     limited_by = min(limits, key=lambda name: limits[name])
-    return int(limits[limited_by]) * per_simd, limited_by
+    return int(limits[limited_by]) * num_warps // AMD_SIMDS_PER_CU, limited_by
 
 
 def spec_variants(target: str) -> dict[str, tuple[str, str, bool]]:

@@ -100,6 +100,8 @@ def test_gfx950_occupancy_model_agrees_with_llvm(reports):
     (32, 30, 64 * 1024, 4, (2, "lds")),   # 160 KiB // 64 KiB = 2 workgroups of one wave per SIMD each
     (32, 30, 1, 8, (8, "waves")),         # 8-wave workgroups put 2 waves on each SIMD: 4 workgroups
     (100, 30, 0, 8, (4, "vgpr")),         # 104 allocated: 4 waves = 2 workgroups of 2 waves per SIMD
+    (92, 30, 17920, 2, (4, "lds")),       # 2-wave workgroups: 9 fit the LDS, 18 waves on 4 SIMDs (VGPRs: 10)
+    (152, 30, 16896, 2, (3, "vgpr")),     # 3 waves per SIMD = 6 workgroups of 2 (the LDS holds 9)
 ])
 def test_amd_occupancy_rules(vgprs, sgprs, lds, warps, want):
     assert isa.amd_waves_per_simd(vgprs, sgprs, lds, warps) == want
