@@ -97,6 +97,9 @@ class CompileSpec:
     scratch_ok   empty: a stack frame or spilled registers fail the report. Otherwise the measured reason this
                  instantiation may have them (its tiles were timed faster than scratch-free ones); the report
                  still lists the bytes.
+    key_tile     scorers: (keys, query rows) that one iteration of the kernel's key loop (the loop of its matrix
+                 instructions) scores, so that the report can put loops of different tiles on one scale
+                 (tools.isa's per-tile table); None for kernels without a key loop.
     signature    derived: kernel_signature(fn, types, constexprs), what triton.compile takes.
     """
 
@@ -111,6 +114,7 @@ class CompileSpec:
     targets: tuple[str, ...] = TARGETS
     scaled_mfma: bool = False
     scratch_ok: str = ""
+    key_tile: tuple[int, int] | None = None
     signature: Mapping[str, str] = field(init=False)
 
     def __post_init__(self):
@@ -122,6 +126,9 @@ class CompileSpec:
             object.__setattr__(self, "signature", kernel_signature(self.fn, self.types, self.constexprs))
         except ValueError as e:
             raise ValueError(f"CompileSpec {self.label!r}: {e}") from None
+        if self.key_tile is not None and (len(self.key_tile) != 2 or min(self.key_tile) < 1):
+            raise ValueError(f"CompileSpec {self.label!r}: key_tile must be (keys, query rows) >= 1, "
+                             f"got {self.key_tile}")
         for name in self.aligned or ():
             if self.signature.get(name, "constexpr") == "constexpr":
                 raise ValueError(f"CompileSpec {self.label!r}: aligned names {name!r}, not a runtime parameter")

@@ -22,7 +22,8 @@ from .targets import Op, Target, Variant
 
 REGISTRY: dict[Op, tuple[Variant, ...]] = {
     Op.PREFILL: (prefill_variants.FP8, prefill_variants.MXFP4_DOT_SCALED, prefill_variants.MXFP4_UNPACK,
-                 prefill_keys_m.FP8_VARIANT, prefill_keys_m.MXFP4_FOLD_VARIANT),
+                 prefill_keys_m.FP8_VARIANT, prefill_keys_m.MXFP4_FOLD_VARIANT,
+                 prefill_keys_m.MXFP4_DOT_SCALED_VARIANT),
     Op.DECODE: (paged_keys_m.FP8_VARIANT, paged_keys_m_wgmma.VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT,
                 paged_keys_m.MXFP4_DOT_SCALED_VARIANT,
                 paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK),

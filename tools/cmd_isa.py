@@ -21,20 +21,32 @@ _HEADER = ("kernel", "warps", "matrix instructions", "registers", "scratch", "sh
 @click.option("--kernel", default=None, metavar="NAME",
               help="Only specs whose label is NAME or starts with NAME/ (e.g. topk), or whose function is NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
-def isa(target: str, kernel: str | None, as_json: bool):
+@click.option("--per-tile", is_flag=True,
+              help="gfx950: only the scorers, with their key loop per tile of 64 keys x 32 query rows (matrix and "
+                   "total instructions, global loads and LDS reads with their bytes per lane) beside their "
+                   "resources; the variant column marks each target's defaults with *.")
+def isa(target: str, kernel: str | None, as_json: bool, per_tile: bool):
     """Cross-compile hw/'s kernels for the --target GPU (no GPU needed) and report matrix instructions, registers,
     scratch, shared memory and occupancy. Prints one progress line per kernel to stderr (an empty Triton cache
     takes about a minute)."""
     from . import isa as isa_report
 
+    if per_tile and target != "gfx950":
+        raise click.BadParameter("the key loop is read from gfx950's AMDGCN only", param_hint="--per-tile")
     try:
-        kernels, missing = isa_report.report(target, kernel, progress=lambda line: click.echo(line, err=True))
+        kernels, missing = isa_report.report(target, kernel, key_tile_only=per_tile,
+                                             progress=lambda line: click.echo(line, err=True))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--kernel") from None
     ok = not any(k.failures for k in kernels)
     if as_json:
         click.echo(json.dumps({"target": target, "ok": ok, "kernels": [k.to_json() for k in kernels],
                                "without_specs": list(missing)}, indent=1))
+    elif per_tile:
+        click.echo(per_tile_table(kernels, isa_report.spec_variants(target)))
+        click.echo(f"\n{len(kernels)} scorer kernels for {target}; per tile of {isa_report.TILE_KEYS} keys x "
+                   f"{isa_report.TILE_ROWS} query rows, summed over a workgroup's waves; occupancy in waves/SIMD; "
+                   f"{'all claims hold' if ok else 'CLAIMS FAILED'}")
     else:
         click.echo(_table([_row(k) for k in kernels]))
         unit = "waves/SIMD" if target == "gfx950" else "warps/SM"
@@ -55,7 +67,47 @@ def _row(k) -> tuple[str, ...]:
     return k.label, str(k.num_warps), ops, regs, scratch, f"{k.shared_bytes} B", occupancy, status
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))]
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...] = _HEADER) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(_HEADER), line(tuple("-" * w for w in widths)), *map(line, rows)])
+    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+
+
+_TILE_HEADER = ("op", "kernel", "variant", "warps", "loop tile", "matrix instructions / tile", "instr / tile",
+                "global loads / tile", "LDS reads / tile", "vgpr (agpr)", "scratch", "LDS", "waves/SIMD", "status")
+
+
+def per_tile_table(kernels, variants: dict[str, tuple[str, str, bool]]) -> str:
+    """The --per-tile table of `kernels` (gfx950 KernelIsa with key loops), rows ordered by op, then by the label
+    after its family (both structures of one shape side by side); `variants`: tools.isa.spec_variants."""
+    from . import isa as isa_report
+
+    def order(k):
+        op = variants.get(k.label, ("", "", False))[0]
+        family, _, rest = k.label.partition("/")
+        return op != "decode", rest.split("/")[0], rest, family
+
+    rows = []
+    for k in sorted(kernels, key=order):
+        tile = isa_report.per_tile(k)
+        op, name, default = variants.get(k.label, ("", "", False))
+        regs = dict(k.registers)
+        status = ("ok" if not k.failures else "FAIL: " + "; ".join(k.failures)) + "".join(f" ({n})" for n in k.notes)
+        if tile is None:
+            cells = ("-",) * 5
+        else:
+            cells = (f"{tile['tile'][0]} x {tile['tile'][1]}" + (f" ({tile['loops_with_matrix_ops']} loops)"
+                                                                 if tile["loops_with_matrix_ops"] > 1 else ""),
+                     ", ".join(f"{op_} x{_num(n)}" for op_, n in tile["matrix_ops"].items()),
+                     _num(tile["instructions"]),
+                     f"{_num(tile['global_loads'])} x {_num(tile['global_bytes_per_load'])} B",
+                     f"{_num(tile['lds_reads'])} x {_num(tile['lds_bytes_per_read'])} B")
+        rows.append((op, k.label, name + ("*" if default else ""), str(k.num_warps), *cells,
+                     f"{regs['vgpr']} ({regs['agpr']})", f"{k.scratch_bytes} B", f"{k.shared_bytes} B",
+                     f"{k.occupancy}/{k.occupancy_max} ({k.limited_by})", status))
+    return _table(rows, _TILE_HEADER)
+
+
+def _num(x: float) -> str:
+    """A per-tile count: an integer as such, else one decimal."""
+    return str(round(x)) if abs(x - round(x)) < 0.05 else f"{x:.1f}"

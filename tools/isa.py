@@ -12,7 +12,10 @@ package's CompileSpecs (hw/isa_spec.py states the contract); this module compile
           (spill) bytes and static shared memory from `cuobjdump -res-usage` on the cubin, plus Triton's dynamic
           shared memory;
 
-and the occupancy those resources allow (waves per SIMD on gfx950, warps per SM on sm90; rules below).
+and the occupancy those resources allow (waves per SIMD on gfx950, warps per SM on sm90; rules below). For a
+scorer whose spec declares its key tile (CompileSpec.key_tile), gfx950 also reads the key loop (KeyLoop): the
+static instructions of one iteration, its matrix instructions and its loads, which per_tile() puts on the scale of
+one TILE_KEYS x TILE_ROWS tile (`mxidx isa --per-tile`).
 
 `python -m tools.isa TARGET ...` prints the report as JSON: report() runs it as a child process when this process
 has TRITON_INTERPRET=1 set (its kernels are then interpreter objects, which cannot be compiled).
@@ -86,6 +89,42 @@ _AMD_LLVM_OCCUPANCY = re.compile(r"^; Occupancy: (\d+)", re.M)
 _NV_RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _EXIT_BAD_ARGUMENT = 2
 _PROGRESS_PREFIX = "progress: "   # child stderr lines that carry progress (python -m tools.isa --progress)
+# the AMDGCN's basic blocks: a label, with LLVM's loop comment ("=>This Inner Loop Header: Depth=1",
+# "in Loop: Header=BB0_9 Depth=1"), then its instructions
+_AMD_LABEL = re.compile(r"^(\.LBB\d+_\d+):[ \t]*(?:;(.*))?$")
+_AMD_LOOP_MEMBER = re.compile(r"Header=BB(\d+_\d+)")
+_AMD_INSTRUCTION = re.compile(r"^\s+([a-z][a-z0-9_]*)(?:\s|$)")
+_AMD_GLOBAL_LOAD = re.compile(r"^(?:global|buffer|flat)_load_(?:lds_)?([a-z0-9]+)")
+_AMD_LDS_READ = re.compile(r"^ds_read(2st64|2)?_([biu])(\d+)")
+_AMD_LOAD_BYTES = {"ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2, "short": 2, "dword": 4, "dwordx2": 8,
+                   "dwordx3": 12, "dwordx4": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2, "b32": 4, "b64": 8, "b96": 12,
+                   "b128": 16}
+#: the per-tile table's unit of work: a tile of this many keys scored against this many query rows (one decode
+#: tile of the keys-on-M kernels at next_n 1, 32 heads)
+TILE_KEYS = 64
+TILE_ROWS = 32
+
+
+@dataclass(frozen=True)
+class KeyLoop:
+    """One iteration of a scorer's key loop on gfx950, per wave, as compiled: the instructions of the LLVM loop (the
+    blocks its loop comments put in it) that holds the most matrix instructions (the first of equals), counted
+    statically, every branch of the body included (an upper bound of what one iteration issues). The body scores
+    `keys` keys against `rows` query rows (CompileSpec.key_tile)."""
+
+    keys: int
+    rows: int
+    instructions: int
+    matrix_ops: tuple[tuple[str, int], ...]
+    global_loads: int           # global_/buffer_/flat_load instructions, into registers or into LDS
+    global_load_bytes: int      # bytes one lane loads by them
+    lds_reads: int              # ds_read* instructions
+    lds_read_bytes: int         # bytes one lane reads by them
+    loops_with_matrix_ops: int  # loops of the kernel holding matrix instructions (e.g. an unmasked and a masked one)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KeyLoop":
+        return cls(**(d | {"matrix_ops": tuple(tuple(op) for op in d["matrix_ops"])}))
 
 
 @dataclass(frozen=True)
@@ -109,6 +148,7 @@ class KernelIsa:
     compile_s: float
     failures: tuple[str, ...]               # failed claims (empty: all good)
     notes: tuple[str, ...] = ()             # e.g. why a stack frame is accepted (CompileSpec.scratch_ok)
+    key_loop: KeyLoop | None = None         # gfx950, specs with a key_tile: the key loop's instructions
 
     @property
     def scaled_mfma(self) -> bool:
@@ -125,7 +165,8 @@ class KernelIsa:
     def from_json(cls, d: dict) -> "KernelIsa":
         fields = {k: v for k, v in d.items() if k != "scaled_mfma"}
         fields.update(matrix_ops=tuple(d["matrix_ops"].items()), registers=tuple(d["registers"].items()),
-                      failures=tuple(d["failures"]), notes=tuple(d.get("notes", ())))
+                      failures=tuple(d["failures"]), notes=tuple(d.get("notes", ())),
+                      key_loop=KeyLoop.from_json(d["key_loop"]) if d.get("key_loop") else None)
         return cls(**fields)
 
 
@@ -172,12 +213,14 @@ def analyze(spec: CompileSpec, target: str) -> KernelIsa:
 
 
 def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | None = None, *,
-           scaled_mfma_only: bool = False, progress=None) -> tuple[tuple[KernelIsa, ...], tuple[str, ...]]:
+           scaled_mfma_only: bool = False, key_tile_only: bool = False,
+           progress=None) -> tuple[tuple[KernelIsa, ...], tuple[str, ...]]:
     """(one KernelIsa per spec of `modules` meant for `target`, the modules without ISA_SPECS).
 
     `modules` defaults to every kernel package of hw/. `kernel` filters: a full label ("topk/k2048"), a label
     prefix ending at a "/" ("topk"), or a function name; ValueError when it matches nothing. `scaled_mfma_only`
-    keeps the specs that claim scaled MFMA (the MXFP4 scorers for D >= 64).
+    keeps the specs that claim scaled MFMA (the MXFP4 scorers for D >= 64), `key_tile_only` those that declare a
+    key tile (the scorers).
     Under TRITON_INTERPRET=1 the kernels (and Triton's own tl.sort & co.) are interpreter objects that cannot be
     compiled, so the report is then made by a child Python process without it (`python -m tools.isa`).
     `progress`, if given, is called with one line per kernel as it is compiled ("[i/n] label  s").
@@ -185,10 +228,10 @@ def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | No
     if target not in GPU_TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     if triton.knobs.runtime.interpret:
-        return _report_in_child(target, kernel, modules, scaled_mfma_only, progress)
+        return _report_in_child(target, kernel, modules, scaled_mfma_only, key_tile_only, progress)
     specs, missing = load_specs(modules)
     chosen = [s for s in specs if target in s.targets and (kernel is None or _matches(s, kernel))
-              and (s.scaled_mfma or not scaled_mfma_only)]
+              and (s.scaled_mfma or not scaled_mfma_only) and (s.key_tile is not None or not key_tile_only)]
     if kernel is not None and not chosen:
         raise ValueError(f"kernel {kernel!r} matches no spec for {target}; labels: "
                          f"{sorted(s.label for s in specs if target in s.targets)}")
@@ -200,13 +243,14 @@ def report(target: str, kernel: str | None = None, modules: tuple[str, ...] | No
     return tuple(kernels), missing
 
 
-def _report_in_child(target, kernel, modules, scaled_mfma_only, progress):
+def _report_in_child(target, kernel, modules, scaled_mfma_only, key_tile_only, progress):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)   # the child imports what this process can
     cmd = [sys.executable, "-m", __spec__.name, target]   # "tools.isa", also when run as __main__
     cmd += [] if kernel is None else ["--kernel", kernel]
     cmd += [] if modules is None else ["--modules", ",".join(modules)]
     cmd += ["--scaled-mfma-only"] if scaled_mfma_only else []
+    cmd += ["--key-tile-only"] if key_tile_only else []
     cmd += ["--progress"] if progress is not None else []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
         stderr = []
@@ -249,25 +293,99 @@ def _read_amdgcn(spec: CompileSpec, compiled, seconds: float) -> KernelIsa:
                         f"(matrix ops: {', '.join(op for op, _ in ops) or 'none'})")
     llvm = _AMD_LLVM_OCCUPANCY.search(asm)
     registers = (("vgpr_total", total_vgpr), ("vgpr", vgpr), ("agpr", agpr), ("sgpr", sgpr))
+    key_loop = None if spec.key_tile is None else amd_key_loop(asm, *spec.key_tile)
     return KernelIsa(spec.label, spec.fn.__name__, "gfx950", spec.num_warps, ops, registers, spills, scratch, lds,
                      occupancy, AMD_MAX_WAVES_PER_SIMD, limited_by, int(llvm.group(1)) if llvm else None,
-                     round(seconds, 2), tuple(failures), notes)
+                     round(seconds, 2), tuple(failures), notes, key_loop)
+
+
+def amd_key_loop(asm: str, keys: int, rows: int) -> KeyLoop | None:
+    """The KeyLoop of AMDGCN text `asm` (its first kernel) whose loop body scores `keys` x `rows`; None when no loop
+    holds a matrix instruction."""
+    end = asm.find(".Lfunc_end")
+    loops: dict[str, list[str]] = {}
+    loop = None
+    for line in asm[:end if end >= 0 else len(asm)].splitlines():
+        label = _AMD_LABEL.match(line)
+        if label:
+            comment = label.group(2) or ""
+            member = _AMD_LOOP_MEMBER.search(comment)
+            loop = f".LBB{member.group(1)}" if member else label.group(1) if "Loop Header" in comment else None
+            continue
+        found = _AMD_INSTRUCTION.match(line)
+        if loop is not None and found:
+            loops.setdefault(loop, []).append(found.group(1))
+    matrix = {name: [op for op in body if _AMD_MATRIX_OP.match(f"\t{op} ")] for name, body in loops.items()}
+    with_ops = [name for name in loops if matrix[name]]
+    if not with_ops:
+        return None
+    hot = max(with_ops, key=lambda name: len(matrix[name]))     # max() keeps the first of equals
+    body = loops[hot]
+    global_loads = [_AMD_LOAD_BYTES[m.group(1)] for m in map(_AMD_GLOBAL_LOAD.match, body) if m]
+    lds_reads = [_lds_read_bytes(m) for m in map(_AMD_LDS_READ.match, body) if m]
+    return KeyLoop(keys, rows, len(body), _count(matrix[hot]), len(global_loads), sum(global_loads), len(lds_reads),
+                   sum(lds_reads), len(with_ops))
+
+
+def _lds_read_bytes(read: re.Match) -> int:
+    """Bytes per lane of a ds_read* mnemonic matched by _AMD_LDS_READ (ds_read2*: two values)."""
+    pair, _, bits = read.groups()           # ds_read_b128, ds_read_u8, ds_read2_b64, ds_read2st64_b32, ...
+    return int(bits) // 8 * (2 if pair else 1)
+
+
+def per_tile(k: KernelIsa) -> dict | None:
+    """k's key loop per TILE_KEYS x TILE_ROWS tile of work, summed over the waves of a workgroup (the loop's counts
+    x num_warps x (TILE_KEYS / keys) x (TILE_ROWS / rows)): matrix instructions by mnemonic, instructions, global
+    loads and LDS reads, and the bytes each of those moves per lane on average. None without a key loop."""
+    loop = k.key_loop
+    if loop is None:
+        return None
+    scale = k.num_warps * (TILE_KEYS / loop.keys) * (TILE_ROWS / loop.rows)
+    return {
+        "tile": (loop.keys, loop.rows),
+        "matrix_ops": {op: n * scale for op, n in loop.matrix_ops},
+        "instructions": loop.instructions * scale,
+        "global_loads": loop.global_loads * scale,
+        "global_bytes_per_load": loop.global_load_bytes / loop.global_loads if loop.global_loads else 0.0,
+        "lds_reads": loop.lds_reads * scale,
+        "lds_bytes_per_read": loop.lds_read_bytes / loop.lds_reads if loop.lds_reads else 0.0,
+        "loops_with_matrix_ops": loop.loops_with_matrix_ops,
+    }
 
 
 def amd_waves_per_simd(vgprs: int, sgprs: int, lds_bytes: int, num_warps: int) -> tuple[int, str]:
     """Waves per SIMD on gfx950 for a kernel using `vgprs` (arch + acc) and `sgprs` per wave and `lds_bytes` per
-    workgroup of `num_warps` waves, counted in whole workgroups; and the limiting resource."""
-    per_simd = math.ceil(num_warps / AMD_SIMDS_PER_CU)          # waves one workgroup puts on each SIMD
+    workgroup of `num_warps` waves, counted in whole workgroups per CU (their waves spread evenly over its 4 SIMDs,
+    so that a workgroup of 2 waves holds half a wave per SIMD), rounded down; and the limiting resource."""
     by_vgpr = AMD_VGPRS_PER_SIMD_LANE // _round_up(max(vgprs, 1), AMD_VGPR_GRANULE)
     by_sgpr = next((w for limit, w in AMD_SGPR_WAVES if sgprs <= limit), 7)
-    limits = {
-        "waves": AMD_MAX_WAVES_PER_SIMD // per_simd,
-        "vgpr": min(by_vgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
-        "sgpr": min(by_sgpr, AMD_MAX_WAVES_PER_SIMD) // per_simd,
+
+    def workgroups(waves_per_simd: int) -> int:     # whole workgroups that fit in that many waves on every SIMD
+        return waves_per_simd * AMD_SIMDS_PER_CU // num_warps
+
+    limits = {   # workgroups per CU
+        "waves": workgroups(AMD_MAX_WAVES_PER_SIMD),
+        "vgpr": workgroups(min(by_vgpr, AMD_MAX_WAVES_PER_SIMD)),
+        "sgpr": workgroups(min(by_sgpr, AMD_MAX_WAVES_PER_SIMD)),
         "lds": AMD_LDS_PER_CU // _round_up(lds_bytes, AMD_LDS_GRANULE) if lds_bytes else math.inf,
     }
     limited_by = min(limits, key=lambda name: limits[name])
-    return int(limits[limited_by]) * per_simd, limited_by
+    return int(limits[limited_by]) * num_warps // AMD_SIMDS_PER_CU, limited_by
+
+
+def spec_variants(target: str) -> dict[str, tuple[str, str, bool]]:
+    """label -> (op, variant name, whether the variant is the default of its op and kv_dtype on the Target that
+    cross-compiles as `target`) for every registered variant's spec meant for `target`."""
+    from hw.targets import Target
+    from hw.variants import REGISTRY, select
+
+    where = next(t for t in Target if t.isa_target == target)
+    found = {}
+    for op, op_variants in REGISTRY.items():
+        for v in op_variants:
+            default = v.runs_on(where) and select(op, where, v.kv_dtype).name == v.name
+            found.update({spec.label: (op.value, v.name, default) for spec in v.isa_specs() if target in spec.targets})
+    return found
 
 
 # ------------------------------------------------------------------------------------------------------- sm_90
@@ -341,13 +459,14 @@ def _round_up(x: int, granule: int) -> int:
 
 
 def _main(argv=None) -> None:
-    """`python -m tools.isa TARGET [--kernel K] [--modules a,b] [--scaled-mfma-only] [--progress]`: the report as
-    JSON on stdout (progress lines on stderr)."""
+    """`python -m tools.isa TARGET [--kernel K] [--modules a,b] [--scaled-mfma-only] [--key-tile-only] [--progress]`:
+    the report as JSON on stdout (progress lines on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m tools.isa")
     parser.add_argument("target", choices=TARGETS)
     parser.add_argument("--kernel")
     parser.add_argument("--modules", help="comma-separated modules exporting ISA_SPECS (default: hw's packages)")
     parser.add_argument("--scaled-mfma-only", action="store_true")
+    parser.add_argument("--key-tile-only", action="store_true")
     parser.add_argument("--progress", action="store_true", help="one stderr line per compiled kernel")
     args = parser.parse_args(argv)
     modules = None if args.modules is None else tuple(args.modules.split(","))
@@ -355,7 +474,7 @@ def _main(argv=None) -> None:
         progress = (lambda line: print(_PROGRESS_PREFIX + line, file=sys.stderr, flush=True)) if args.progress \
             else None
         kernels, missing = report(args.target, args.kernel, modules, scaled_mfma_only=args.scaled_mfma_only,
-                                  progress=progress)
+                                  key_tile_only=args.key_tile_only, progress=progress)
     except ValueError as e:
         print(e, file=sys.stderr)
         raise SystemExit(_EXIT_BAD_ARGUMENT) from None

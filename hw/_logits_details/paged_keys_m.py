@@ -122,6 +122,7 @@ PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
 DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
 MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
 MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
+AMD_MFMA_BLOCK = 32                  # gfx950: one wave's MFMA output block is AMD_MFMA_BLOCK x AMD_MFMA_BLOCK
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
 #: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
 TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
@@ -766,9 +767,10 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
     num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
-    32 registers a thread, else 8: at 64 x 128 triton 3.9's FP8 kernel spills 57 SGPRs on gfx950 on 4 warps. On
-    the H200, 4 warps at 64 x 128 take more registers but are faster than 8 for both formats,
-    docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
+    32 registers a thread, else 8, under which gfx950's FP8 kernel at 64 x 128 spills no SGPRs; on AMD 2 at
+    64 x 32 and below: a wave's MFMA block is 32 x 32, so two waves cover the tile and more would repeat their
+    MFMAs (docs/perf/isa-gfx950-structures.md). On the H200, 4 warps at 64 x 128 take more registers but are
+    faster than 8 for both formats, docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
@@ -790,10 +792,18 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     return KeysMSettings(
         n_pad=n_pad, h_pad=h_pad, tile_pages=tile_pages, tiles=tiles,
         num_stages=NUM_STAGES[target, kv_dtype] if num_stages is None else num_stages,
-        num_warps=num_warps if num_warps is not None else
-        4 if target is Target.NVIDIA or keys * n_pad * h_pad <= MIN_TILE_KEYS * 64 else 8,
+        num_warps=num_warps if num_warps is not None else _default_warps(target, keys * n_pad * h_pad),
         mx_mode=mx_mode.value, promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
         pdl=target is Target.NVIDIA, fp8_halves=halves)
+
+
+def _default_warps(target: Target, tile: int) -> int:
+    """keys_m_settings' default num_warps for a score tile of `tile` fp32 elements (KEYS x query columns)."""
+    if target is Target.NVIDIA:
+        return 4
+    if target is Target.AMD and tile <= MIN_TILE_KEYS * AMD_MFMA_BLOCK:
+        return 2
+    return 4 if tile <= MIN_TILE_KEYS * 64 else 8
 
 
 def _grid(target: Target, batch: int, cap: int, device) -> tuple[int, int, int] | None:
@@ -879,7 +889,7 @@ def isa_spec(layout: str, head_dim: int, page_size: int, next_n: int = 1, heads:
                     "TILED": layout == "mxfp4_tiled", "CTX_2D": False, "MX_MODE": s.mx_mode,
                     "PROMOTE_K": s.promote_k, "HAS_FLAG": False, "PDL": s.pdl, "FP8_HALVES": s.fp8_halves},
         num_warps=s.num_warps, aligned=(*pointers, "page_stride"), targets=(target.isa_target,),
-        scaled_mfma=path == "dot_scaled" and head_dim >= 64)
+        scaled_mfma=path == "dot_scaled" and head_dim >= 64, key_tile=(s.tile_pages * page_size, s.n_pad * s.h_pad))
 
 
 #: (layout, D, P, next_n, H): the serving shape (D 128, P 64, H 32, N 1) of every layout, small head dims, a small
@@ -921,12 +931,15 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, su
                    summary=summary)
 
 
-#: the default on NVIDIA (timed faster than the heads-on-M kernel there: docs/perf/h200-bench.md); AMD and the
-#: interpreter keep paged_variants' until measured
-_NVIDIA = frozenset({Target.NVIDIA})
-FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target), _NVIDIA,
+#: the default everywhere: on NVIDIA timed faster than the heads-on-M kernel (docs/perf/h200-bench.md); on AMD
+#: fewer instructions per key tile at the same or a higher occupancy, scaled MFMA kept, no scratch
+#: (docs/perf/isa-gfx950-structures.md); the interpreter runs NVIDIA's MXFP4 arithmetic (the fold), so that CPU
+#: tests check the structure GPUs run. MXFP4 on NVIDIA: mxfp4_keys_m_wgmma, listed before mxfp4_keys_m, where it
+#: takes the call
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target), frozenset(Target),
                        "keys on the MMA's M axis, query rows on N, pipelined pages, grid from shapes")
-MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"], _NVIDIA,
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"],
+                              frozenset({Target.NVIDIA, Target.INTERPRETER}),
                               "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), one FP8 MMA")
 MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
-                                    frozenset(), "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")
+                                    frozenset({Target.AMD}), "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")

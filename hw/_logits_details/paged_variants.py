@@ -82,7 +82,8 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
                     "PROMOTE_K": FP8_PROMOTE_K, "HAS_FLAG": False},
         num_warps=s.num_warps, aligned=(*pointers, "page_stride"), targets=(target.isa_target,),
         scaled_mfma=kv_dtype == "mxfp4" and mx_path == MX_DOT_SCALED and head_dim >= 64,
-        scratch_ok="" if default else f"not the default variant on {target.isa_target}")
+        scratch_ok="" if default else f"not the default variant on {target.isa_target}",
+        key_tile=(s.pages_per_step * page_size, s.n_pad * s.h_pad))
 
 
 def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, shapes,
@@ -98,14 +99,15 @@ def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, 
         summary=summary)
 
 
-FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, {Target.AMD, Target.INTERPRETER}, fp8_precision,
+#: the default nowhere: paged_keys_m's keys-on-M kernels are (docs/perf/h200-bench.md,
+#: docs/perf/isa-gfx950-structures.md)
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, (), fp8_precision,
                (("fp8", 128, 64, 1), ("fp8", 64, 16, 1)), "FP8 e4m3 q.k on the MMA, the key scale after it")
 MXFP4_DOT_SCALED = _variant(
-    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(),
-    {Target.AMD, Target.INTERPRETER}, dot_scaled_precision,
+    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), (), dot_scaled_precision,
     (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1), ("mxfp4", 64, 16, 1), ("mxfp4", 32, 64, 1),
      ("mxfp4", 128, 64, 2)),
     "tl.dot_scaled e2m1 x e2m1: native scaled MFMA on gfx950, Triton's bf16 decomposition on NVIDIA")
 MXFP4_UNPACK = _variant(
-    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
+    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, (), block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")

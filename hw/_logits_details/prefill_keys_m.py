@@ -13,7 +13,7 @@ MXFP4: a power of two) multiplies once, after the head sum. The [keys, tokens] t
 out[token, key].
 
 Grid (cdiv(S, BLOCK_Q),), program p taking the p-th block from the end (longest rows first in causal batches);
-MXFP4 launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
+MXFP4's fold launches it twice, after fold_keys_kernel (below). Ranges are clamped (ks < 0 acts as 0, ke > SK as SK,
 ks >= ke is an empty row). Program p loads its query rows, weights and (MXFP4) their conversion once, then walks
 the keys [lo, hi) of the union of its non-empty rows' ranges in BLOCK_K steps from lo rounded down to a multiple of
 BLOCK_K, with a software-pipelined `tl.range`: the tiles inside [0, SK) load every key unmasked (keys no row sees
@@ -41,6 +41,9 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
       the fold loop carries no fallback (the exact pass, one fp32 tile more per key tile, runs on twice the
       warps). A wide key outside [lo, hi) does not raise the flag. The fold is exact while |w_h| * 2^(sqmax_h - c) is
       0 or at least 2^-126 and 2^(skmax + c - 266) lies in [2^-149, 2^127] (paged_keys_m's scaling range).
+  MX_DOT_SCALED (AMD): tl.dot_scaled(K codes, K scales, "e2m1", Q^T codes, Q scales, "e2m1") on each key tile,
+      gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32), in one launch: no folded copy
+      of the keys, no exact pass (the products are summed in fp32 whatever their blocks' scales).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; an FP8 key with a NaN scale is NaN; its logits are NaN.
 
 Declared precision (DESIGN §4's n and u): declared_precision().
@@ -64,6 +67,7 @@ from .common import (
     MMA_MIN_ROWS,
     NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
     UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
+    dot_scaled_targets,
 )
 from .paged_keys_m import (
     E8M0_NAN,
@@ -74,6 +78,7 @@ from .paged_keys_m import (
     FOLD_KEY_BIAS,
     FOLD_SPAN,
     MIN_SPLIT_K,
+    MX_DOT_SCALED,
     MX_FOLD_PTX,
     MX_FOLD_TL,
     _bytes_to_words,
@@ -104,6 +109,13 @@ TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INT
 #: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
 TILES_WIDE_MAX_D = 128
+PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
+#: where each MXFP4 path runs: the fold (FP8 MMA) on NVIDIA, which has no FP4 MMA, and the interpreter;
+#: tl.dot_scaled on AMD (gfx950's scaled MFMA) and in the interpreter where it has tl.dot_scaled (not NVIDIA: the
+#: fold is its path, as in paged_keys_m.PATH_TARGETS)
+PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
+                "dot_scaled": dot_scaled_targets() - {Target.NVIDIA}}
+DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
@@ -116,7 +128,9 @@ def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
     terms (its 32 products and, without promotion, the incoming sum) are truncated 13 bits below the largest
     one's leading bit, one q.k is off by less than 32 * 2^-13 of its sum of |products| with promotion every 32
     products (u = 2^-13), and by less than (33/32) * D * 2^-13 of it without (FP8_PROMOTE_K = 0, the default:
-    u = 2^-12, so that (D + H + 2) u covers it at every D and H). u = 2^-24 elsewhere (fp32 accumulation)."""
+    u = 2^-12, so that (D + H + 2) u covers it at every D and H). u = 2^-24 elsewhere (fp32 accumulation; MXFP4's
+    dot_scaled: the interpreter sums all D products in fp32, gfx950's scaled MFMA does not document its internal
+    accumulation, so n = D as well)."""
     if target is not Target.NVIDIA:
         return head_dim, FP32_UNIT_ROUNDOFF
     return head_dim, NVIDIA_FP8_MMA_UNIT_ROUNDOFF if FP8_PROMOTE_K else UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF
@@ -201,6 +215,24 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
     logits = _head_sum(_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
     _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
+
+
+@triton.jit
+def _scaled_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, jb, g_idx, qt, qs, w, ks, ke, out_cols, row_in,
+                 SK, BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, CLEAN: tl.constexpr, MASKED: tl.constexpr):
+    """Score and store the MXFP4 keys `cols` of one tile by tl.dot_scaled against the query rows' codes qt
+    uint8 [D/2, NQ] and E8M0 scales qs [NQ, D/32] (MASKED as in _fp8_tile; masked keys load as code 0, scale 2^0,
+    and are not stored)."""
+    if MASKED:
+        k_ok = cols < SK
+        kv = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
+        ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :], mask=k_ok[:, None], other=E8M0_ONE)
+    else:
+        kv = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :])                        # [BLOCK_K, D/2]
+        ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :])                    # [BLOCK_K, D/32]
+    logits = _head_sum(tl.dot_scaled(kv, ksc, "e2m1", qt, qs, "e2m1"), w, BLOCK_Q, H_PAD)
+    visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
+    _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
 
 @triton.jit
@@ -329,6 +361,20 @@ def prefill_keys_m_kernel(
                       BLOCK_Q, H_PAD, PROMOTE_K, CLEAN, True)
         if CLEAN_OUTSIDE:
             _clean_outside(ks_ptr, ke_ptr, out_ptr, mirror, S, SK, stride_out_s, BLOCK_Q, BLOCK_K, BLOCK_K)
+    elif MX_MODE == MX_DOT_SCALED:
+        jb = tl.arange(0, D // 2)
+        g_idx = tl.arange(0, D // MX_BLOCK)
+        q_row_s = m_tok * stride_qs_s + m_h * stride_qs_h
+        qt = tl.trans(tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=col_ok[:, None], other=0))  # [D/2, NQ]
+        qs = tl.load(q_s_ptr + q_row_s[:, None] + g_idx[None, :], mask=col_ok[:, None], other=E8M0_ONE)  # [NQ, D/32]
+        for k0 in tl.range(first, tl.minimum(hi, whole_end), BLOCK_K, num_stages=NUM_STAGES):
+            _scaled_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, jb, g_idx, qt, qs, w, ks, ke, out_cols,
+                         row_in, SK, BLOCK_Q, H_PAD, CLEAN, False)
+        for k0 in tl.range(tl.maximum(first, whole_end), hi, BLOCK_K, num_stages=1):     # the tile past SK
+            _scaled_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, k0 + t, jb, g_idx, qt, qs, w, ks, ke, out_cols,
+                         row_in, SK, BLOCK_Q, H_PAD, CLEAN, True)
+        if CLEAN_OUTSIDE:
+            _clean_outside(ks_ptr, ke_ptr, out_ptr, mirror, S, SK, stride_out_s, BLOCK_Q, BLOCK_K, BLOCK_K)
     elif not EXACT_PASS:
         # the query rows, converted once
         G: tl.constexpr = D // MX_BLOCK
@@ -404,14 +450,18 @@ class KeysMPrefillSettings:
     num_stages: int     # software-pipelining depth of the key loop
     num_warps: int
     exact_warps: int    # MXFP4: num_warps of the exact pass (its two fp32 tiles per key tile need the registers)
-    mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL (unused for FP8)
+    mx_mode: int        # MX_FOLD_PTX | MX_FOLD_TL | MX_DOT_SCALED (unused for FP8)
     promote_k: int      # FP8_PROMOTE_K on NVIDIA, else 0
     clean_apart: bool   # clean_logits: the columns outside each program's key tiles by clean_outside_kernel
 
 
-def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int) -> KeysMPrefillSettings:
+def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int,
+                            path: str | None = None) -> KeysMPrefillSettings:
     """The default settings on `target` for `kv_dtype` inputs, H = num_heads and D = head_dim: BLOCK_Q * H_PAD = the
-    MMA columns of TILES_WIDE (TILES) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS."""
+    MMA columns of TILES_WIDE (TILES) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS. MXFP4: on `path`
+    ("fold" | "dot_scaled"; default DEFAULT_PATH[target]); ValueError for an unknown path or one that does not run on
+    the target, or a path given for FP8."""
+    path = _check_path(kv_dtype, target, path)
     wide = TILES_WIDE.get((target, kv_dtype)) if head_dim <= TILES_WIDE_MAX_D else None
     columns, block_k, num_warps, num_stages = wide or TILES[target]
     h_pad = triton.next_power_of_2(num_heads)
@@ -419,28 +469,45 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
     return KeysMPrefillSettings(
         block_q=block_q, h_pad=max(h_pad, MMA_MIN_ROWS // block_q), block_k=block_k, num_stages=num_stages,
         num_warps=num_warps, exact_warps=2 * num_warps,
-        mx_mode=(MX_FOLD_PTX if target is Target.NVIDIA else MX_FOLD_TL).value,
+        mx_mode=(MX_DOT_SCALED if path == "dot_scaled" else MX_FOLD_PTX if target is Target.NVIDIA
+                 else MX_FOLD_TL).value,
         promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
-        clean_apart=target is Target.NVIDIA and kv_dtype == "mxfp4")
+        clean_apart=target is Target.NVIDIA and path == "fold")
+
+
+def _check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
+    """The MXFP4 path of a launch (None for FP8); ValueError as keys_m_prefill_settings."""
+    if kv_dtype == "fp8":
+        if path is not None:
+            raise ValueError(f"path applies to MXFP4 only, got path={path!r} for FP8")
+        return None
+    path = DEFAULT_PATH[target] if path is None else path
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if target not in PATH_TARGETS[path]:
+        raise ValueError(f"the MXFP4 {path!r} path does not run on {target.value}")
+    return path
 
 
 def _launcher(kv_dtype: str):
     def launch(call: PrefillCall, s: KeysMPrefillSettings) -> None:
-        """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4: three launches,
-        fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per program
-        between them (allocated here). With call.clean and s.clean_apart, clean_outside_kernel follows the scorer."""
+        """Write out[i, j] for every visible (i, j) (every entry when call.clean; DESIGN §4). MXFP4's fold: three
+        launches, fold_keys_kernel, the fold pass and the exact pass, with the folded keys and an int32 flag per
+        program between them (allocated here); MXFP4's dot_scaled and FP8: one. With call.clean and s.clean_apart,
+        clean_outside_kernel follows the scorer."""
         mx = kv_dtype == "mxfp4"
+        fold = mx and s.mx_mode != MX_DOT_SCALED.value
         grid = (triton.cdiv(call.num_q, s.block_q),)
         apart = call.clean and s.clean_apart
-        wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if mx else call.ks
+        wide = torch.empty(grid, dtype=torch.int32, device=call.out.device) if fold else call.ks
         k8 = kmeta = call.ks
-        if mx:
+        if fold:
             k8 = torch.empty((call.num_k, call.head_dim), dtype=torch.uint8, device=call.out.device)
             kmeta = torch.empty(call.num_k, dtype=torch.int32, device=call.out.device)
             fold_keys_kernel[(triton.cdiv(call.num_k, FOLD_KEYS_BLOCK),)](
                 call.k_v, call.k_s, k8, kmeta, call.num_k, call.k_v.stride(0), call.k_s.stride(0),
                 D=call.head_dim, BLOCK_K=FOLD_KEYS_BLOCK, MX_MODE=s.mx_mode, num_warps=4)
-        for exact_pass in (False, True) if mx else (False,):
+        for exact_pass in (False, True) if fold else (False,):
             prefill_keys_m_kernel[grid](
                 call.q_v, call.q_s, call.k_v, call.k_s, call.weights, call.ks, call.ke, call.out, wide,
                 call.out if call.error_flag is None else call.error_flag, k8, kmeta,
@@ -465,24 +532,27 @@ ISA_SHAPES = ((128, 32), (64, 32), (32, 32), (256, 32), (128, 64))
 _ALIGNED_INTS = ("stride_qv_s", "stride_qv_h", "stride_kv_t", "stride_w_s", "stride_out_s", "SK")
 
 
-def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False) -> CompileSpec:
-    """The kernel as the launcher runs it by default on `target` (NVIDIA: sm90, AMD: gfx950); MXFP4: its fold
-    pass, or with exact_pass its exact pass."""
+def isa_spec(kv_dtype: str, head_dim: int, heads: int, target: Target, exact_pass: bool = False,
+             path: str | None = None) -> CompileSpec:
+    """The kernel as the launcher runs it by default on `target` (NVIDIA: sm90, AMD: gfx950); MXFP4: on `path`
+    (default DEFAULT_PATH[target]), the fold's fold pass or, with exact_pass, its exact pass."""
     mx = kv_dtype == "mxfp4"
-    s = keys_m_prefill_settings(target, kv_dtype, heads, head_dim)
+    s = keys_m_prefill_settings(target, kv_dtype, heads, head_dim, path)
     pointers = {"q_v_ptr": "*u8", "q_s_ptr": "*u8", "k_v_ptr": "*u8", "k_s_ptr": "*u8" if mx else "*fp32",
                 "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32", "wide_ptr": "*i32",
                 "flag_ptr": "*i32", "k8_ptr": "*u8", "kmeta_ptr": "*i32"}
-    path = "exact" if exact_pass else "fold" if mx else "mma"
+    scaled = s.mx_mode == MX_DOT_SCALED.value and mx
+    name = "exact" if exact_pass else "dot_scaled" if scaled else "fold" if mx else "mma"
     return CompileSpec(
-        label=f"prefill_keys_m/{kv_dtype}/{path}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
+        label=f"prefill_keys_m/{kv_dtype}/{name}/D{head_dim}/H{heads}", fn=prefill_keys_m_kernel,
         types=pointers,
         constexprs={"H": heads, "H_PAD": s.h_pad, "D": head_dim, "BLOCK_Q": s.block_q, "BLOCK_K": s.block_k,
                     "NUM_STAGES": s.num_stages, "KV_FORMAT": (FMT_MXFP4 if mx else FMT_FP8).value,
                     "MX_MODE": s.mx_mode, "PROMOTE_K": s.promote_k, "CLEAN": True,
                     "CLEAN_OUTSIDE": not s.clean_apart, "EXACT_PASS": exact_pass, "HAS_FLAG": False},
         num_warps=s.exact_warps if exact_pass else s.num_warps, aligned=(*pointers, *_ALIGNED_INTS),
-        targets=(target.isa_target,))
+        targets=(target.isa_target,), scaled_mfma=scaled and head_dim >= 64,
+        key_tile=None if exact_pass else (s.block_k, s.block_q * s.h_pad))
 
 
 def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
@@ -491,14 +561,14 @@ def fold_keys_isa_spec(head_dim: int, target: Target) -> CompileSpec:
         label=f"prefill_keys_m/mxfp4/fold_keys/D{head_dim}", fn=fold_keys_kernel,
         types={"k_v_ptr": "*u8", "k_s_ptr": "*u8", "k8_ptr": "*u8", "kmeta_ptr": "*i32"},
         constexprs={"D": head_dim, "BLOCK_K": FOLD_KEYS_BLOCK,
-                    "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim).mx_mode},
+                    "MX_MODE": keys_m_prefill_settings(target, "mxfp4", 32, head_dim, "fold").mx_mode},
         aligned=("k_v_ptr", "k_s_ptr", "k8_ptr", "kmeta_ptr", "stride_kv_t", "SK"),
         targets=(target.isa_target,))
 
 
 def clean_outside_isa_spec(target: Target) -> CompileSpec:
     """clean_outside_kernel as the MXFP4 launcher runs it on `target` (its tile's BLOCK_Q and BLOCK_K at H32, D128)."""
-    s = keys_m_prefill_settings(target, "mxfp4", 32, 128)
+    s = keys_m_prefill_settings(target, "mxfp4", 32, 128, "fold")
     return CompileSpec(
         label="prefill_keys_m/clean_outside", fn=clean_outside_kernel,
         types={"ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": "*fp32"},
@@ -507,24 +577,31 @@ def clean_outside_isa_spec(target: Target) -> CompileSpec:
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_dtype: str, targets: frozenset, summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str | None, targets: frozenset, default_on: frozenset,
+             summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
+    fold = path == "fold"
     return Variant(
-        # the NVIDIA default: several times the heads-on-M kernels' rate (docs/perf/h200-bench.md); AMD and the
-        # interpreter keep prefill_variants' until measured
-        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=frozenset({Target.NVIDIA}),
-        settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim),
+        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=default_on,
+        settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim, path),
         launch=_launcher(kv_dtype), precision=declared_precision,
-        isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact) for t in compiled for d, h in ISA_SHAPES
-                                for exact in ((False, True) if kv_dtype == "mxfp4" else (False,)))
+        isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact, path) for t in compiled for d, h in ISA_SHAPES
+                                for exact in ((False, True) if fold else (False,)))
         + (tuple(fold_keys_isa_spec(d, t) for t in compiled for d in sorted({d for d, _ in ISA_SHAPES}))
-           if kv_dtype == "mxfp4" else ())
+           if fold else ())
         + (tuple(clean_outside_isa_spec(t) for t in compiled
-                 if keys_m_prefill_settings(t, kv_dtype, 32, 128).clean_apart)),
+                 if keys_m_prefill_settings(t, kv_dtype, 32, 128, path).clean_apart)),
         summary=summary)
 
 
-FP8_VARIANT = _variant("fp8_keys_m", "fp8", ALL_TARGETS,
+#: the default everywhere: on NVIDIA several times the heads-on-M kernels' rate (docs/perf/h200-bench.md); on AMD
+#: fewer instructions per key tile at the same or a higher occupancy, scaled MFMA kept, no scratch
+#: (docs/perf/isa-gfx950-structures.md); the interpreter runs NVIDIA's MXFP4 arithmetic (the fold), so that CPU
+#: tests check the structure GPUs run
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, ALL_TARGETS, ALL_TARGETS,
                        "keys on the MMA's M axis, query tokens x heads on N, Q hoisted, pipelined key loop")
-MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", frozenset({Target.NVIDIA, Target.INTERPRETER}),
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"], PATH_TARGETS["fold"],
                               "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), FP8 MMA")
+MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
+                                    frozenset({Target.AMD}),
+                                    "keys on M with tl.dot_scaled (gfx950's scaled MFMA), one launch")

@@ -93,7 +93,7 @@ def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> C
                     "HAS_FLAG": False},
         num_warps=s.num_warps, targets=(target.isa_target,),
         scaled_mfma=mx and mx_path == MX_DOT_SCALED and head_dim >= 64,
-        scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "")
+        scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "", key_tile=(s.block_n, s.block_s * s.h_pad))
 
 
 def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, head_dims,
@@ -107,13 +107,15 @@ def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, 
         summary=summary)
 
 
-_AMD_AND_INTERPRETER = frozenset({Target.AMD, Target.INTERPRETER})   # NVIDIA's defaults: prefill_keys_m
-FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, _AMD_AND_INTERPRETER, fp8_precision, (128,),
+#: the default nowhere: prefill_keys_m's keys-on-M kernels are (docs/perf/h200-bench.md,
+#: docs/perf/isa-gfx950-structures.md)
+_NOWHERE = frozenset()
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, _NOWHERE, fp8_precision, (128,),
                "FP8 e4m3 q.k on the MMA, the key scale after it")
 MXFP4_DOT_SCALED = _variant(
-    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), _AMD_AND_INTERPRETER,
+    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), _NOWHERE,
     dot_scaled_precision,
     (128, 64, 32), "tl.dot_scaled e2m1 x e2m1: native scaled MFMA on gfx950, Triton's bf16 decomposition on NVIDIA")
 MXFP4_UNPACK = _variant(
-    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, {Target.INTERPRETER}, block_sum_precision, (),
+    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, _NOWHERE, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")

@@ -75,6 +75,7 @@ class Launcher:
     fn: Callable
     args: Callable          # device -> keyword arguments of a valid call
     kernel_modules: tuple   # (module, kernel attribute) pairs the launcher may launch
+    launches: int = 1       # kernel launches of one call on the interpreter's default variant
 
     def __str__(self):
         return self.name
@@ -88,13 +89,15 @@ LAUNCHERS = (
     Launcher("cp_gather_indexer_k_quant_cache", hw.cp_gather_indexer_k_quant_cache, _gather_args,
              (("hw.gather", "gather_mxfp4_kernel"),)),
     # the scorers: hw.logits's kernel object decides the target (a recorder there makes it the interpreter's, on
-    # any machine), whose default variant launches the kernel of its own module
+    # any machine), whose default variant launches the kernels of its own module: MXFP4 prefill's fold the key fold
+    # and its two passes
     Launcher("fp8_fp4_mqa_logits", hw.fp8_fp4_mqa_logits, _prefill_args,
-             (("hw.logits", "prefill_logits_kernel"),
-              ("hw._logits_details.prefill_variants", "prefill_logits_kernel"))),
+             (("hw.logits", "prefill_logits_kernel"), ("hw._logits_details.prefill_keys_m", "fold_keys_kernel"),
+              ("hw._logits_details.prefill_keys_m", "prefill_keys_m_kernel"),
+              ("hw._logits_details.prefill_keys_m", "clean_outside_kernel")), launches=3),
     Launcher("fp8_fp4_paged_mqa_logits", hw.fp8_fp4_paged_mqa_logits, _paged_args,
              (("hw.logits", "paged_logits_kernel"), ("hw.logits", "prefill_logits_kernel"),
-              ("hw._logits_details.paged_variants", "paged_logits_kernel"))),
+              ("hw._logits_details.paged_keys_m", "paged_keys_m_kernel"))),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in
               ("indexer_k_quant_and_cache", "cp_gather_indexer_k_quant_cache", "fp8_fp4_mqa_logits",
@@ -234,7 +237,8 @@ def test_hot_path_reads_no_tensor_value(launcher, monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, sync)
     launcher.fn(**args)
     monkeypatch.undo()
-    assert sum(r.launches for r in recorders) == 1, f"{launcher.name} launched {[r.launches for r in recorders]}"
+    assert sum(r.launches for r in recorders) == launcher.launches, \
+        f"{launcher.name} launched {[r.launches for r in recorders]}"
 
 
 # ---------------------------------------------------------------------------------------------- validate mode

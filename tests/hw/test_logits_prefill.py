@@ -305,14 +305,12 @@ def test_adversarial_key_within_the_declared_roundings(variant, device):
                                                      "the Triton interpreter (a machine without a CUDA device)")
 @pytest.mark.parametrize("op", [Op.PREFILL, Op.DECODE])
 def test_declared_precision_on_the_cpu(op):
-    """FP8: n = D with fp32 accumulation; MXFP4: n = D/32 on the exact block-sum variants, n = D on dot_scaled;
-    the default is dot_scaled where the interpreter runs it, else unpack."""
+    """FP8: n = D with fp32 accumulation; MXFP4: n = D/32 on the exact block-sum variants, n = D on dot_scaled
+    and on the default, the keys-on-M fold (its folded products span up to 22 binades)."""
     assert declared_precision(op, "fp8", 64, "cpu") == (64, 2.0 ** -24)
     assert declared_precision(op, "mxfp4", 64, "cpu", "mxfp4_unpack") == (2, 2.0 ** -24)
     assert declared_precision(op, "mxfp4", 32, "cpu", "mxfp4_unpack") == (1, 2.0 ** -24)
-    interpreted_dot_scaled = any(v.name == "mxfp4_dot_scaled" and v.runs_on(Target.INTERPRETER) for v in variants(op))
-    assert declared_precision(op, "mxfp4", 128, "cpu") == ((128, 2.0 ** -24) if interpreted_dot_scaled
-                                                           else (4, 2.0 ** -24))
+    assert declared_precision(op, "mxfp4", 128, "cpu") == (128, 2.0 ** -24)
 
 
 @pytest.mark.parametrize("args,message", [((Op.TOPK, "mxfp4", 64, "cpu"), "op must be one of"),

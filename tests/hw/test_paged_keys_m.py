@@ -562,6 +562,10 @@ def test_settings_depend_on_shapes_only():
     # 128 query rows: 4 warps on NVIDIA (timed faster there), 8 on AMD (4 spill on gfx950)
     assert km.keys_m_settings(Target.NVIDIA, "mxfp4", 64, 2, 64).num_warps == 4
     assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8
+    # 32 query rows on AMD: 2 warps, one 32 x 32 MFMA block of the 64-key tile each (4 would repeat them)
+    assert [km.keys_m_settings(Target.AMD, kv, 32, 1, 64).num_warps for kv in ("fp8", "mxfp4")] == [2, 2]
+    assert km.keys_m_settings(Target.AMD, "fp8", 32, 2, 64).num_warps == 4
+    assert km.keys_m_settings(Target.INTERPRETER, "fp8", 32, 1, 64).num_warps == 4
     # FP8 at 128 query columns of at least 2 tokens: two MMAs of whole tokens on NVIDIA and the interpreter
     halves = {(target, kv_dtype, heads, next_n): km.keys_m_settings(target, kv_dtype, heads, next_n, 64).fp8_halves
               for target in Target for kv_dtype in ("fp8", "mxfp4") for heads, next_n in ((64, 2), (24, 3), (128, 1),

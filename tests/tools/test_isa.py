@@ -103,6 +103,8 @@ def test_gfx950_occupancy_model_agrees_with_llvm(reports):
     (32, 30, 64 * 1024, 4, (2, "lds")),   # 160 KiB // 64 KiB = 2 workgroups of one wave per SIMD each
     (32, 30, 1, 8, (8, "waves")),         # 8-wave workgroups put 2 waves on each SIMD: 4 workgroups
     (100, 30, 0, 8, (4, "vgpr")),         # 104 allocated: 4 waves = 2 workgroups of 2 waves per SIMD
+    (92, 30, 17920, 2, (4, "lds")),       # 2-wave workgroups: 9 fit the LDS, 18 waves on 4 SIMDs (VGPRs: 10)
+    (152, 30, 16896, 2, (3, "vgpr")),     # 3 waves per SIMD = 6 workgroups of 2 (the LDS holds 9)
 ])
 def test_amd_occupancy_rules(vgprs, sgprs, lds, warps, want):
     assert isa.amd_waves_per_simd(vgprs, sgprs, lds, warps) == want
@@ -213,3 +215,40 @@ def test_scratch_claims(spills, scratch, lanes, scratch_ok, failed, notes):
     failures, got_notes = isa._common_failures(spec, spills, scratch, 8, lane_spills=lanes)
     assert bool(failures) == failed and len(got_notes) == notes, (failures, got_notes)
     assert isa._common_failures(spec, spills, scratch, 0, lane_spills=lanes)[0][-1].startswith("does not fit")
+
+
+_LOOP_ASM = """\tv_mov_b32 v0, 0
+.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+\tbuffer_load_dwordx4 v1, s[0:3], 0 offen lds
+\tglobal_load_ubyte v2, v3, s[4:5]
+\tv_mfma_scale_f32_32x32x64_f8f6f4 v[0:15], v[16:19], v[20:23], 0, v1, v2 op_sel_hi:[0,0,0]
+\ts_cbranch_scc0 .LBB0_3
+.LBB0_2:                                ;   in Loop: Header=BB0_1 Depth=1
+\tds_read_b128 v[4:7], v8
+\tds_read2_b32 v[9:10], v8 offset1:1
+\ts_cbranch_scc1 .LBB0_1
+.LBB0_3:
+\tv_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], 0
+.LBB0_4:                                ; =>This Inner Loop Header: Depth=1
+\tv_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], 0
+\ts_cbranch_scc1 .LBB0_4
+\ts_endpgm
+.Lfunc_end0:
+.LBB9_9:                                ; =>This Inner Loop Header: Depth=1
+\tv_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], 0
+"""
+
+
+def test_amd_key_loop_reads_the_loop_of_the_matrix_instructions():
+    """The loop's blocks by LLVM's loop comments; the loop with the most matrix instructions (ties: the first); the
+    loads' bytes per lane; nothing after the kernel's end; per_tile scales by warps, keys and rows."""
+    loop = isa.amd_key_loop(_LOOP_ASM, keys=128, rows=16)
+    assert loop == isa.KeyLoop(keys=128, rows=16, instructions=7,
+                               matrix_ops=(("v_mfma_scale_f32_32x32x64_f8f6f4", 1),), global_loads=2,
+                               global_load_bytes=17, lds_reads=2, lds_read_bytes=24, loops_with_matrix_ops=2)
+    assert isa.amd_key_loop("\tv_mfma_f32_32x32x16_bf16 v[0:15], v[1:4], v[5:8], 0\n", 64, 32) is None
+    kernel = isa.KernelIsa("x", "k", "gfx950", 4, (), (), 0, 0, 0, 8, 8, "waves", 8, 0.0, (), key_loop=loop)
+    tile = isa.per_tile(kernel)        # 4 waves x (64 / 128 keys) x (32 / 16 rows) = 4 loop iterations' worth
+    assert tile["instructions"] == 28 and tile["matrix_ops"] == {"v_mfma_scale_f32_32x32x64_f8f6f4": 4}
+    assert tile["global_loads"] == 8 and tile["global_bytes_per_load"] == 8.5 and tile["lds_bytes_per_read"] == 12
+    assert isa.KernelIsa.from_json(kernel.to_json()) == kernel
