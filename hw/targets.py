@@ -80,8 +80,6 @@ class Variant:
     op          the Op it computes.
     kv_dtype   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
     targets     the Targets it runs on.
-    default_on  the Targets where it is the default; when several variants of one (op, kv_dtype) claim a
-                target, the first in registry order that runs there is chosen.
     settings    settings(target, call) -> the launch settings (a frozen record of the variant's own type),
                 a pure function of the target and the call's shapes.
     launch      launch(call, settings): runs the kernel on the op's checked call record.
@@ -95,7 +93,6 @@ class Variant:
     op: Op
     kv_dtype: str | None
     targets: frozenset
-    default_on: frozenset
     settings: Callable[[Target, Any], Any]
     launch: Callable[[Any, Any], None]
     precision: Callable[[int, Target], tuple[int, float]] | None

@@ -65,5 +65,8 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
         return out
     if width == 0:
         return out.fill_(-1)
-    chosen.run(TopKCall(logits, lengths, starts, out, sorted), target, launch_settings)
+    call = TopKCall(logits, lengths, starts, out, sorted)
+    if variant is None:   # the default for this call: a conditional row of hw.variants.DEFAULTS may apply
+        chosen = select(Op.TOPK, target, call=call)
+    chosen.run(call, target, launch_settings)
     return out

@@ -16,6 +16,7 @@ _COMMANDS = {
     "diff": ("tools.cmd_diff", "diff", "Differential test: kernels against the sim/ oracle."),
     "isa": ("tools.cmd_isa", "isa", "Cross-compile every kernel for gfx950 / sm90 and report the ISA."),
     "bench": ("tools.cmd_bench", "bench", "GPU timings vs the measured roofline, FP8 vs MXFP4."),
+    "variants": ("tools.cmd_variants", "variants", "Which kernel variant each op runs by default, and why."),
 }
 
 

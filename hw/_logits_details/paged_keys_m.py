@@ -908,7 +908,7 @@ def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str | None, targets, summary: str) -> Variant:
     def settings(target: Target, call: DecodeCall) -> KeysMSettings:
         # a call of shapes only (tools.tune's sweep bases) has no tensors: the default tiles
         out = getattr(call, "out", None)
@@ -923,7 +923,7 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, su
                             settings=s, error_flag=c.error_flag)
 
     specs = [shape for shape in ISA_SHAPES if (shape[0] == "fp8") == (kv_dtype == "fp8")]
-    return Variant(name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=default_on,
+    return Variant(name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets),
                    settings=settings, launch=launch,
                    precision=lambda head_dim, target: declared_precision(kv_dtype, head_dim, target, path),
                    isa_specs=lambda: tuple(isa_spec(*shape, target=t) for t in (Target.NVIDIA, Target.AMD)
@@ -931,15 +931,9 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets, default_on, su
                    summary=summary)
 
 
-#: the default everywhere: on NVIDIA timed faster than the heads-on-M kernel (docs/perf/h200-bench.md); on AMD
-#: fewer instructions per key tile at the same or a higher occupancy, scaled MFMA kept, no scratch
-#: (docs/perf/isa-gfx950-structures.md); the interpreter runs NVIDIA's MXFP4 arithmetic (the fold), so that CPU
-#: tests check the structure GPUs run. MXFP4 on NVIDIA: mxfp4_keys_m_wgmma, listed before mxfp4_keys_m, where it
-#: takes the call
-FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target), frozenset(Target),
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, frozenset(Target),
                        "keys on the MMA's M axis, query rows on N, pipelined pages, grid from shapes")
 MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"],
-                              frozenset({Target.NVIDIA, Target.INTERPRETER}),
                               "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), one FP8 MMA")
 MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
-                                    frozenset({Target.AMD}), "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")
+                                    "keys on M with tl.dot_scaled (gfx950's scaled MFMA)")

@@ -533,16 +533,24 @@ def takes_grid(batch: int, cap: int, query_columns: int, sms: int) -> bool:
                                >= WIDE_MIN_TILES_PER_SLOT * programs_per_sm(regs) * sms)
 
 
-def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The variant's settings for `call`: gluon_settings where this kernel covers the call and takes_grid, else
-    the `tl` fold kernel's (`fallback`). A call of shapes only: gluon_settings'."""
+def takes(call: DecodeCall) -> bool:
+    """Whether this kernel runs `call` rather than the `tl` fold (hw.variants.DEFAULTS' row for NVIDIA MXFP4 decode):
+    it covers the call and takes_grid. A call of shapes only (no `out`): True."""
     out = getattr(call, "out", None)
     if out is None:
+        return True
+    n_pad, h_pad = _padded(call.next_n, call.num_heads)
+    return (covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device)
+            and takes_grid(call.q_v.shape[0], call.cap, n_pad * h_pad, sm_count(out.device)))
+
+
+def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
+    """The variant's settings for `call`: gluon_settings where it takes the call, else the `tl` fold kernel's
+    (`fallback`, for a launch that names this variant; the default launch takes the `tl` fold variant itself
+    there). A call of shapes only: gluon_settings'."""
+    if takes(call):
         return gluon_settings(call)
-    if covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
-        s = gluon_settings(call)
-        if takes_grid(call.q_v.shape[0], call.cap, s.n_pad * s.h_pad, sm_count(out.device)):
-            return s
+    out = call.out
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
     grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
     return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
@@ -611,7 +619,7 @@ ISA_SHAPES = ((128, 64, 1, 32, {}), (128, 64, 1, 32, {"tiles": 2}), (128, 64, 1,
 
 VARIANT = Variant(
     name="mxfp4_keys_m_wgmma", op=Op.DECODE, kv_dtype="mxfp4", targets=frozenset({Target.NVIDIA}),
-    default_on=frozenset({Target.NVIDIA}), settings=lambda target, call: wgmma_settings(call), launch=launch,
+    settings=lambda target, call: wgmma_settings(call), launch=launch,
     precision=lambda head_dim, target: km.declared_precision("mxfp4", head_dim, target, "fold"),
     isa_specs=lambda: tuple(isa_spec(*shape, **options) for *shape, options in ISA_SHAPES),
     summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (tl fold elsewhere)")

@@ -86,28 +86,26 @@ def _spec(layout: str, path: str, mx_path, head_dim: int, page_size: int, next_n
         key_tile=(s.pages_per_step * page_size, s.n_pad * s.h_pad))
 
 
-def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, shapes,
-             summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, precision, shapes, summary: str) -> Variant:
     """shapes: the (layout, D, P, next_n) instantiations the cross-compile report checks on each GPU target."""
     compiled = [t for t in (Target.AMD, Target.NVIDIA) if t in targets]
     return Variant(
-        name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=frozenset(default_on),
+        name=name, op=Op.DECODE, kv_dtype=kv_dtype, targets=frozenset(targets),
         settings=lambda target, call: paged_settings(kv_dtype, call.num_heads, call.next_n, call.page_size),
         launch=_launcher(kv_dtype, mx_path), precision=precision,
-        isa_specs=lambda: tuple(_spec(lay, path, mx_path, d, p, n, t, t in default_on) for lay, d, p, n in shapes
+        isa_specs=lambda: tuple(_spec(lay, path, mx_path, d, p, n, t, False) for lay, d, p, n in shapes
                                 for t in compiled),
         summary=summary)
 
 
-#: the default nowhere: paged_keys_m's keys-on-M kernels are (docs/perf/h200-bench.md,
-#: docs/perf/isa-gfx950-structures.md)
-FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, (), fp8_precision,
+#: the default nowhere (hw.variants.DEFAULTS)
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, fp8_precision,
                (("fp8", 128, 64, 1), ("fp8", 64, 16, 1)), "FP8 e4m3 q.k on the MMA, the key scale after it")
 MXFP4_DOT_SCALED = _variant(
-    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), (), dot_scaled_precision,
+    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), dot_scaled_precision,
     (("mxfp4", 128, 64, 1), ("mxfp4_tiled", 128, 64, 1), ("mxfp4", 64, 16, 1), ("mxfp4", 32, 64, 1),
      ("mxfp4", 128, 64, 2)),
     "tl.dot_scaled e2m1 x e2m1: native scaled MFMA on gfx950, Triton's bf16 decomposition on NVIDIA")
 MXFP4_UNPACK = _variant(
-    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, (), block_sum_precision, (),
+    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")

@@ -577,12 +577,11 @@ def clean_outside_isa_spec(target: Target) -> CompileSpec:
 
 
 # ============================================================================================ registry records
-def _variant(name: str, kv_dtype: str, path: str | None, targets: frozenset, default_on: frozenset,
-             summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str | None, targets: frozenset, summary: str) -> Variant:
     compiled = [t for t in (Target.NVIDIA, Target.AMD) if t in targets]
     fold = path == "fold"
     return Variant(
-        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets, default_on=default_on,
+        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=targets,
         settings=lambda target, call: keys_m_prefill_settings(target, kv_dtype, call.num_heads, call.head_dim, path),
         launch=_launcher(kv_dtype), precision=declared_precision,
         isa_specs=lambda: tuple(isa_spec(kv_dtype, d, h, t, exact, path) for t in compiled for d, h in ISA_SHAPES
@@ -594,14 +593,9 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets: frozenset, def
         summary=summary)
 
 
-#: the default everywhere: on NVIDIA several times the heads-on-M kernels' rate (docs/perf/h200-bench.md); on AMD
-#: fewer instructions per key tile at the same or a higher occupancy, scaled MFMA kept, no scratch
-#: (docs/perf/isa-gfx950-structures.md); the interpreter runs NVIDIA's MXFP4 arithmetic (the fold), so that CPU
-#: tests check the structure GPUs run
-FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, ALL_TARGETS, ALL_TARGETS,
+FP8_VARIANT = _variant("fp8_keys_m", "fp8", None, ALL_TARGETS,
                        "keys on the MMA's M axis, query tokens x heads on N, Q hoisted, pipelined key loop")
-MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"], PATH_TARGETS["fold"],
+MXFP4_FOLD_VARIANT = _variant("mxfp4_keys_m", "mxfp4", "fold", PATH_TARGETS["fold"],
                               "keys on M; e2m1 folded with its block scale into exact e4m3 (prmt), FP8 MMA")
 MXFP4_DOT_SCALED_VARIANT = _variant("mxfp4_keys_m_dot_scaled", "mxfp4", "dot_scaled", PATH_TARGETS["dot_scaled"],
-                                    frozenset({Target.AMD}),
                                     "keys on M with tl.dot_scaled (gfx950's scaled MFMA), one launch")

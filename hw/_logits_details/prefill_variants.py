@@ -96,26 +96,23 @@ def _spec(kv_dtype: str, path: str, mx_path, head_dim: int, target: Target) -> C
         scratch_ok=_SCRATCH_OK if target is Target.NVIDIA else "", key_tile=(s.block_n, s.block_s * s.h_pad))
 
 
-def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, default_on, precision, head_dims,
-             summary: str) -> Variant:
+def _variant(name: str, kv_dtype: str, path: str, mx_path, targets, precision, head_dims, summary: str) -> Variant:
     compiled = [t for t in (Target.AMD, Target.NVIDIA) if t in targets]
     return Variant(
-        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=frozenset(targets), default_on=frozenset(default_on),
+        name=name, op=Op.PREFILL, kv_dtype=kv_dtype, targets=frozenset(targets),
         settings=lambda target, call: _settings_for(path, target, call.num_heads),
         launch=_launcher(kv_dtype, mx_path), precision=precision,
         isa_specs=lambda: tuple(_spec(kv_dtype, path, mx_path, d, t) for d in head_dims for t in compiled),
         summary=summary)
 
 
-#: the default nowhere: prefill_keys_m's keys-on-M kernels are (docs/perf/h200-bench.md,
-#: docs/perf/isa-gfx950-structures.md)
-_NOWHERE = frozenset()
-FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, _NOWHERE, fp8_precision, (128,),
+#: the default nowhere (hw.variants.DEFAULTS)
+FP8 = _variant("fp8", "fp8", "fp8", MX_DOT_SCALED, ALL_TARGETS, fp8_precision, (128,),
                "FP8 e4m3 q.k on the MMA, the key scale after it")
 MXFP4_DOT_SCALED = _variant(
-    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(), _NOWHERE,
+    "mxfp4_dot_scaled", "mxfp4", "dot_scaled", MX_DOT_SCALED, dot_scaled_targets(),
     dot_scaled_precision,
     (128, 64, 32), "tl.dot_scaled e2m1 x e2m1: native scaled MFMA on gfx950, Triton's bf16 decomposition on NVIDIA")
 MXFP4_UNPACK = _variant(
-    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, _NOWHERE, block_sum_precision, (),
+    "mxfp4_unpack", "mxfp4", "unpack", MX_UNPACK, ALL_TARGETS, block_sum_precision, (),
     "exact e2m1 -> e4m3 unpack per 32-element block, K = 32 FP8 dots, E8M0 scales in fp32")

@@ -57,7 +57,6 @@ def _isa_specs() -> tuple:
 #: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs in the sorted form's kernels
 VARIANT = Variant(
     name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
-    default_on=frozenset({Target.NVIDIA}),   # faster than per_row on the H200 (docs/perf/h200-bench.md)
     settings=_settings, launch=_launch, precision=None, isa_specs=_isa_specs,
     summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs "
             "(sorted=False: stored in column order, no ordering)")

@@ -69,7 +69,6 @@ def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
 
 PER_ROW = Variant(
     name="per_row", op=Op.TOPK, kv_dtype=None, targets=ALL_TARGETS,
-    default_on=frozenset({Target.NVIDIA, Target.AMD}),
     settings=lambda target, call: PerRowSettings(BLOCK, NUM_WARPS), launch=_launch_per_row, precision=None,
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
     isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
@@ -78,7 +77,6 @@ PER_ROW = Variant(
 #: the interpreter only: its tiles are sized for NumPy, not for a GPU's registers
 ROWS_TILE = Variant(
     name="rows_tile", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.INTERPRETER}),
-    default_on=frozenset({Target.INTERPRETER}),
     settings=lambda target, call: rows_tiling(*call.logits.shape, call.k), launch=_launch_rows_tile, precision=None,
     isa_specs=lambda: (),
     summary="many rows per program, rank placement instead of tl.sort (the interpreter; sorted=False: then a "

@@ -32,7 +32,7 @@ def test_a_mistyped_command_gets_a_suggestion():
     result = CliRunner().invoke(main, ["dmeo"])
     assert result.exit_code == 2 and "No such command 'dmeo'. Did you mean 'demo'?" in result.output
     result = CliRunner().invoke(main, ["xyzzy"])
-    assert result.exit_code == 2 and "Commands: demo, layout, diff, isa, bench." in result.output
+    assert result.exit_code == 2 and "Commands: demo, layout, diff, isa, bench, variants." in result.output
 
 
 def test_help_states_the_limits_users_meet():
