@@ -9,11 +9,14 @@ module imports hw/, so choose the device (TRITON_INTERPRET) first.
     pair_as_torch                     a (values, scales) pair from sim -> the launchers' torch pair
     as_input, sim_input, to_input     kernel inputs of bf16 / fp16 / fp32 and their exact numpy form
     zeros_pool, count_nonzero_bytes   multi-GB pools (lazily committed on the host) and a scan of them
+    write_zeros_pool                  hw's writer into a fresh zeros_pool (sim.testing.build_large_pool's `write`)
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+import hw
 
 #: Kernel input dtypes by the names fixtures use.
 INPUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -96,3 +99,20 @@ def count_nonzero_bytes(pool_t: torch.Tensor) -> int:
     a = pool_t.numpy()
     chunk = 1 << 26
     return sum(int(np.count_nonzero(a[i: i + chunk])) for i in range(0, a.size, chunk))
+
+
+def write_zeros_pool(geom, slots: np.ndarray, x: np.ndarray, device, dtype: str = "bf16"
+                     ) -> tuple[torch.Tensor, np.ndarray]:
+    """hw.indexer_k_quant_and_cache of K rows x (float32 [T, D], rounded to input dtype `dtype` by to_input) at
+    slots (int64 [T], -1: skipped) into a zeros_pool of geom.pool_bytes on `device`, through torch_cache_view, with
+    geom's kv_dtype and layout and the rceil scale rule. `geom`: a page geometry as torch_cache_view's, with
+    kv_dtype, layout and pool_bytes (sim.layout.PageGeometry).
+
+    Returns (the flat uint8 pool tensor, x as the kernel read it in sim_input form). The launcher is looked up on
+    the hw package at call time, so a replaced hw.indexer_k_quant_and_cache is the one that runs.
+    """
+    pool_t = zeros_pool(geom.pool_bytes, device)
+    k_t, k_sim = to_input(x, dtype, device)
+    hw.indexer_k_quant_and_cache(k_t, torch_cache_view(pool_t, geom), host_to_device(slots, device),
+                                 kv_dtype=geom.kv_dtype, layout=geom.layout, scale_rule="rceil")
+    return pool_t, k_sim

@@ -8,6 +8,8 @@ fixture (device copies, cache views, input dtypes) is hw.testing's.
     sim_quantize, sim_quantize_q, quantized_queries  the oracle's K and Q quantizers (FP8 q scale folded)
     PagedKV, build_paged_kv                    a poisoned, strided pool of shuffled pages written by sim
     Mismatch, assert_equal_bits, pool_locator, check_scorer  comparisons whose message names the first difference
+    LargePool, build_large_pool, check_large_writer, check_large_gather  a pool past 4,608,000,000 bytes (DESIGN
+                                               §3): the kernel's writer is passed in, its bytes checked here
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sim import addressing as sim_addressing
 from sim import fp8 as sim_fp8
 from sim import layout as sim_layout
 from sim import mxfp4 as sim_mxfp4
@@ -304,3 +307,126 @@ def build_paged_kv(rng: np.random.Generator, kv_dtype: str, layout: str | None, 
         slots = table[b, np.arange(n) // P] * P + np.arange(n) % P
         sim_layout.write_tokens(pool, geom, slots, v, s)
     return PagedKV(geom, pool, table.astype(np.int32))
+
+
+# ------------------------------------------------------------------------------------------------ large addresses
+
+
+@dataclass
+class LargePool:
+    """A pool larger than the last of sim.addressing.BOUNDARIES, with one short sequence per boundary whose (only,
+    partial) page is the first page past that boundary (sim.addressing.boundary_report).
+
+    geom         sim.layout.PageGeometry, view larger than max(sim.addressing.BOUNDARIES) bytes
+    crossings    [(boundary, page)]: the first page with bytes past each boundary, in BOUNDARIES' order
+    block_table  int32[B, 3], B = len(crossings): the crossing page, then out-of-range sentinels
+    tokens       tokens per sequence, at the start of its page
+    sim_pool     uint8[geom.pool_bytes], zeros but the tokens sim wrote from the writer's inputs
+    kernel_pool  the kernel-written pool, as build_large_pool's `write` returned it (e.g. a flat uint8 device
+                 tensor; on the host lazily committed np.zeros: only the touched pages cost memory)
+    """
+
+    geom: sim_layout.PageGeometry
+    crossings: list[tuple[int, int]]
+    block_table: np.ndarray
+    tokens: int
+    sim_pool: np.ndarray
+    kernel_pool: object
+
+    @property
+    def cu_seq_lens(self) -> np.ndarray:
+        """int32[B + 1]: the sequences' start rows when gathered one after another (tokens each)."""
+        return (np.arange(len(self.crossings) + 1) * self.tokens).astype(np.int32)
+
+
+@dataclass
+class BoundaryResult:
+    """What the failure models of sim.addressing predict at one boundary, against what the kernel read."""
+
+    boundary: int
+    page: int
+    page_byte_offset: int                 # from the view base
+    differs_int32_wrap: bool              # the int32_wrap model predicts other bytes than the kernel read
+    differs_buffer_u32: bool
+    faulted_int32_wrap: bool              # int32_wrap would have faulted (address outside the pool)
+
+
+def build_large_pool(write: Callable[[sim_layout.PageGeometry, np.ndarray, np.ndarray], tuple[object, np.ndarray]],
+                     *, kv_dtype: str = "mxfp4", layout: str | None = None, page_size: int = 64, head_dim: int = 128,
+                     tokens: int = 5, page_stride: int = LARGE_PAGE_STRIDE, seed: str = "large") -> LargePool:
+    """Write `tokens` random tokens at the start of each boundary page, through the kernel and through sim.
+
+    write(geom, slots, x) -> (pool, x_sim) is the kernel's side: it writes K rows x (float32 [T, head_dim]) at
+    slots (int64 [T], -1: skipped) into a zeroed pool of geom.pool_bytes bytes (geom's kv_dtype and layout, the
+    rceil scale rule) and returns that pool with the values it quantized in a form sim's quantizers take (its
+    input dtype's, e.g. hw.testing.sim_input). sim quantizes x_sim and writes the same slots of `sim_pool`.
+    Mismatch if the pool's view does not pass the last boundary.
+    """
+    rng = case_rng(seed)
+    P = page_size
+    last_boundary = max(sim_addressing.BOUNDARIES)
+    num_pages = last_boundary // page_stride + 3
+    geom = make_geometry(kv_dtype, layout, P, head_dim, num_pages, page_stride=page_stride)
+    if geom.view_bytes <= last_boundary:
+        raise Mismatch(f"fixture: a view of {geom.view_bytes} bytes does not pass {last_boundary}")
+    crossings = [(int(c.boundary), int(c.first_page)) for c in sim_addressing.boundary_report(geom).crossings]
+    sentinels = block_table_sentinels(num_pages)
+    table = np.array([[page, sentinels[0], sentinels[1]] for _, page in crossings], np.int32)
+    slots = np.concatenate([[-1], (table[:, :1].astype(np.int64) * P + np.arange(tokens)).reshape(-1)])
+    kernel_pool, x_sim = write(geom, slots, random_values(rng, (slots.size, head_dim)))
+    sim_pool = sim_layout.new_pool(geom, fill=0)
+    v, s = sim_quantize(kv_dtype, x_sim)
+    sim_layout.write_tokens(sim_pool, geom, slots, v, s)
+    return LargePool(geom, crossings, table, tokens, sim_pool, kernel_pool)
+
+
+def check_large_writer(lp: LargePool, read: Callable[[slice], np.ndarray], nonzero_bytes: int) -> int:
+    """The kernel-written bytes equal sim's around every boundary page, and no other byte of the pool changed.
+
+    read(window) -> uint8 numpy copy of lp.kernel_pool[window] (a slice of pool bytes); nonzero_bytes: the count
+    of non-zero bytes in the whole of lp.kernel_pool, which must equal those of the windows. Returns that count;
+    Mismatch otherwise.
+    """
+    geom = lp.geom
+    written = 0
+    for boundary, page in lp.crossings:
+        lo = geom.view_offset + page * geom.page_stride
+        window = slice(lo - sim_layout.ALIGN, lo + geom.page_bytes + sim_layout.ALIGN)
+        assert_equal_bits(f"pool bytes around page {page} (past {boundary})", read(window), lp.sim_pool[window],
+                          lambda i, lo=lo, page=page: f"pool byte {lo - sim_layout.ALIGN + i[0]} "
+                          f"(page {page}, page-local byte {i[0] - sim_layout.ALIGN})")
+        written += int(np.count_nonzero(lp.sim_pool[window]))
+    if nonzero_bytes != written:
+        raise Mismatch(f"the writer changed {nonzero_bytes - written} bytes outside the written pages of the "
+                       f"{geom.pool_bytes}-byte pool")
+    return written
+
+
+def check_large_gather(lp: LargePool, values: np.ndarray, scales: np.ndarray) -> list[BoundaryResult]:
+    """The kernel's gather of lp's sequences (block_table, cu_seq_lens; values and scales as numpy, rows of the
+    sequences one after another) equals sim's 64-bit read at every boundary page, and differs from what
+    sim.addressing's int32_wrap model predicts at every boundary and its buffer_u32 model past 2^32 (below 2^32 an
+    AMD buffer load with a 32-bit offset still reads the right bytes): the 64-bit rebase is what makes the kernel
+    right. Returns one BoundaryResult per crossing; Mismatch otherwise."""
+    geom, n = lp.geom, lp.tokens
+    model = sim_addressing.AddressModel
+    results = []
+    for b, (boundary, page) in enumerate(lp.crossings):
+        rows = slice(b * n, (b + 1) * n)
+        rv, rs = sim_layout.read_tokens(lp.sim_pool, geom, lp.block_table[b], n)
+        assert_equal_bits(f"gathered values on page {page} (past {boundary})", values[rows], rv)
+        assert_equal_bits(f"gathered scales on page {page} (past {boundary})", scales[rows], rs)
+        differs, faulted = {}, False
+        for m in (model.INT32_WRAP, model.BUFFER_U32):
+            mv, ms, mf = sim_addressing.read_tokens_as(lp.sim_pool, geom, lp.block_table[b], n, m)
+            differs[m] = bool(np.any(as_bits(mv) != as_bits(values[rows]))
+                              or np.any(as_bits(ms) != as_bits(scales[rows])))
+            faulted |= m == model.INT32_WRAP and bool(np.any(mf))
+        results.append(BoundaryResult(boundary, page, page * geom.page_stride, differs[model.INT32_WRAP],
+                                      differs[model.BUFFER_U32], faulted))
+        if not differs[model.INT32_WRAP]:
+            raise Mismatch(f"page {page} (past {boundary}): the int32_wrap model predicts the bytes the kernel "
+                           "read, so this fixture cannot tell a rebased kernel from a wrapping one")
+        if page * geom.page_stride >= sim_addressing.UINT32 and not differs[model.BUFFER_U32]:
+            raise Mismatch(f"page {page} (past 2^32): the buffer_u32 model predicts the bytes the kernel read")
+    return results

@@ -18,6 +18,8 @@ Rules:
      (docs/ holds records and their commands, no scripts).
   6. A probe (a module of tools/probes) runs nothing when imported: at module level it only imports, defines
      functions and classes, assigns constants and calls main() under `if __name__ == "__main__":`.
+  7. No test imports the CLI's tools.difftest but the tests of `mxidx diff` itself (DIFF_CLI_TESTS): the other
+     tests take their fixtures from sim.testing and hw.testing.
 """
 from __future__ import annotations
 
@@ -177,12 +179,25 @@ def _runs_at_import(path: Path) -> list[str]:
 
 
 PROBES = sorted(m for m in SOURCES if m.startswith("tools.probes."))
+#: The tests of `mxidx diff` itself, the only tests that may import tools.difftest (rule 7).
+DIFF_CLI_TESTS = {"tests.tools.test_cmd_diff"}
 
 
 @pytest.mark.parametrize("probe", PROBES)
 def test_a_probe_runs_nothing_at_import(probe):
     found = _runs_at_import(SOURCES[probe])
     assert not found, f"{_rel(probe)} runs code at import (move it into main()): " + ", ".join(found)
+
+
+def _imports_difftest(names: set[str]) -> bool:
+    return any(name == "tools.difftest" or name.startswith("tools.difftest.") for name in names)
+
+
+def test_only_the_diff_cli_tests_import_difftest():
+    offenders = sorted(_rel(m) for m, names in IMPORTS.items()
+                       if m.split(".")[0] == "tests" and m not in DIFF_CLI_TESTS and _imports_difftest(names))
+    assert not offenders, "take test fixtures from sim.testing / hw.testing, not tools.difftest:\n" + \
+        "\n".join(offenders)
 
 
 def test_the_checks_see_imports():
@@ -199,6 +214,8 @@ def test_the_checks_see_imports():
         "line 4: a dict passed as signature=", "line 5: a dict passed as signature="]
     assert "tools.timing" in IMPORTS["tools.probes.decode_pdl"] and "hw" in IMPORTS["tools.probes.decode_pdl"]
     assert len(PROBES) >= 10
+    assert DIFF_CLI_TESTS <= set(SOURCES) and all(_imports_difftest(IMPORTS[m]) for m in DIFF_CLI_TESTS)
+    assert _imports_difftest({"tools.difftest.cases"}) and not _imports_difftest({"tools.difftests", "tools"})
 
 
 def test_the_checks_see_files(tmp_path):

@@ -30,6 +30,7 @@ first `import hw`, and cases reach hw.testing through `Env.testing`.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import multiprocessing
 import time
@@ -40,23 +41,22 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from sim import addressing as sim_addressing
 from sim import layout as sim_layout
 from sim import scorer as sim_scorer
 from sim import topk as sim_topk
 from sim.formats import MX_BLOCK
-from sim.layout import ALIGN
 from sim.testing import (
-    LARGE_PAGE_STRIDE,
     POISON,
+    LargePool,
     Mismatch,
     PagedKV,
-    as_bits,
     assert_equal_bits,
-    block_table_sentinels,
+    build_large_pool,
     build_paged_kv,
     canonical_nan,
     case_rng,
+    check_large_gather,
+    check_large_writer,
     check_scorer,
     hostile_values,
     make_geometry,
@@ -432,128 +432,23 @@ class TopKDiff(DiffCase):
 # ------------------------------------------------------------------------------------------------ large addresses
 
 
-@dataclass
-class LargePool:
-    """A pool larger than the last of sim.addressing.BOUNDARIES, with one short sequence per boundary whose (only,
-    partial) page is the first page past that boundary (sim.addressing.boundary_report).
-
-    Host pools are np.zeros (lazily committed: only the touched pages cost memory); on the GPU the kernel's pool is
-    real device memory. `pool_t` was written by hw.indexer_k_quant_and_cache, `sim_pool` by sim from the same k.
-    """
-
-    geom: object
-    crossings: list          # [(boundary, page)]
-    block_table: np.ndarray  # int32[B, 3]: the crossing page, then out-of-range sentinels
-    tokens: int              # tokens per sequence
-    sim_pool: np.ndarray
-    pool_t: object
-
-
-@dataclass
-class BoundaryResult:
-    """What the failure models of sim.addressing predict at one boundary, against what the kernel read."""
-
-    boundary: int
-    page: int
-    page_byte_offset: int                 # from the view base
-    differs_int32_wrap: bool              # the int32_wrap model predicts other bytes than the kernel read
-    differs_buffer_u32: bool
-    faulted_int32_wrap: bool              # int32_wrap would have faulted (address outside the pool)
-
-
-def build_large_pool(env: Env, *, kv_dtype: str = "mxfp4", layout: str | None = None, page_size: int = 64,
-                     head_dim: int = 128, tokens: int = 5, page_stride: int = LARGE_PAGE_STRIDE,
-                     seed: str = "large") -> LargePool:
-    """Write `tokens` tokens at the start of each boundary page, through the kernel and through sim."""
-    rng = case_rng(seed)
-    P = page_size
-    last_boundary = max(sim_addressing.BOUNDARIES)
-    num_pages = last_boundary // page_stride + 3
-    geom = make_geometry(kv_dtype, layout, P, head_dim, num_pages, page_stride=page_stride)
-    if geom.view_bytes <= last_boundary:
-        raise Mismatch(f"fixture: a view of {geom.view_bytes} bytes does not pass {last_boundary}")
-    crossings = [(int(c.boundary), int(c.first_page)) for c in
-                 sim_addressing.boundary_report(geom).crossings]
-    sentinels = block_table_sentinels(num_pages)
-    table = np.array([[page, sentinels[0], sentinels[1]] for _, page in crossings], np.int32)
-    slots = np.concatenate([[-1], (table[:, :1].astype(np.int64) * P + np.arange(tokens)).reshape(-1)])
-    x = random_values(rng, (slots.size, head_dim))
-    sim_pool = sim_layout.new_pool(geom, fill=0)
-    pool_t = env.testing.zeros_pool(geom.pool_bytes, env.device)
-    k_t, k_sim = env.testing.to_input(x, "bf16", env.device)
-    env.hw.indexer_k_quant_and_cache(k_t, env.cache_view(pool_t, geom), env.tensor(slots), kv_dtype=kv_dtype,
-                                     layout=geom.layout, scale_rule="rceil")
-    v, s = sim_quantize(kv_dtype, k_sim)
-    sim_layout.write_tokens(sim_pool, geom, slots, v, s)
-    return LargePool(geom, crossings, table, tokens, sim_pool, pool_t)
-
-
-def check_large_writer(env: Env, lp: LargePool) -> int:
-    """Kernel-written bytes equal sim's around every boundary page, and no other byte of the pool changed
-    (a scan of the whole pool: its non-zero bytes are exactly those of the written pages). Returns the count."""
-    geom = lp.geom
-    written = 0
-    for boundary, page in lp.crossings:
-        lo = geom.view_offset + page * geom.page_stride
-        window = slice(lo - ALIGN, lo + geom.page_bytes + ALIGN)
-        assert_equal_bits(f"pool bytes around page {page} (past {boundary})", env.numpy(lp.pool_t[window]),
-                          lp.sim_pool[window], lambda i, lo=lo, page=page: f"pool byte {lo - ALIGN + i[0]} "
-                          f"(page {page}, page-local byte {i[0] - ALIGN})")
-        written += int(np.count_nonzero(lp.sim_pool[window]))
-    nonzero = env.testing.count_nonzero_bytes(lp.pool_t)
-    if nonzero != written:
-        raise Mismatch(f"the writer changed {nonzero - written} bytes outside the written pages of the "
-                       f"{geom.pool_bytes}-byte pool")
-    return written
-
-
-def check_large_gather(env: Env, lp: LargePool) -> list[BoundaryResult]:
-    """Gathered bytes equal sim's 64-bit read at every boundary page, and differ from what sim.addressing's
-    int32_wrap model predicts at every boundary and its buffer_u32 model past 2^32 (below 2^32 an AMD buffer load
-    with a 32-bit offset still reads the right bytes): the 64-bit rebase is what makes the kernel right."""
-    geom, n = lp.geom, lp.tokens
-    B = len(lp.crossings)
-    cu = (np.arange(B + 1) * n).astype(np.int32)
-    gv, gs = env.hw.cp_gather_indexer_k_quant_cache(env.cache_view(lp.pool_t, geom), env.tensor(lp.block_table),
-                                                    env.tensor(cu), layout=geom.layout)
-    gv, gs = env.numpy(gv), env.numpy(gs)
-    model = sim_addressing.AddressModel
-    results = []
-    for b, (boundary, page) in enumerate(lp.crossings):
-        rows = slice(b * n, (b + 1) * n)
-        rv, rs = sim_layout.read_tokens(lp.sim_pool, geom, lp.block_table[b], n)
-        assert_equal_bits(f"gathered values on page {page} (past {boundary})", gv[rows], rv)
-        assert_equal_bits(f"gathered scales on page {page} (past {boundary})", gs[rows], rs)
-        differs, faulted = {}, False
-        for m in (model.INT32_WRAP, model.BUFFER_U32):
-            mv, ms, mf = sim_addressing.read_tokens_as(lp.sim_pool, geom, lp.block_table[b], n, m)
-            differs[m] = bool(np.any(as_bits(mv) != as_bits(gv[rows])) or np.any(as_bits(ms) != as_bits(gs[rows])))
-            faulted |= m == model.INT32_WRAP and bool(np.any(mf))
-        results.append(BoundaryResult(boundary, page, page * geom.page_stride, differs[model.INT32_WRAP],
-                                      differs[model.BUFFER_U32], faulted))
-        if not differs[model.INT32_WRAP]:
-            raise Mismatch(f"page {page} (past {boundary}): the int32_wrap model predicts the bytes the kernel "
-                           "read, so this fixture cannot tell a rebased kernel from a wrapping one")
-        if page * geom.page_stride >= sim_addressing.UINT32 and not differs[model.BUFFER_U32]:
-            raise Mismatch(f"page {page} (past 2^32): the buffer_u32 model predicts the bytes the kernel read")
-    return results
-
-
 def check_large_decode(env: Env, lp: LargePool, heads: int = 2, seed: str = "large") -> float:
-    """Decode logits over the boundary pages within the §4 bound of sim.scorer; returns the worst ratio."""
+    """Every decode variant's logits over lp's boundary pages (lp.kernel_pool on env's device) within the §4 bound
+    of sim.scorer; returns the worst err/bound ratio."""
     rng = case_rng(seed + "/decode")
     geom, n = lp.geom, lp.tokens
     B = len(lp.crossings)
     w = rng.standard_normal((B, heads)).astype(np.float32)
     qv, qs, q64, wk = quantized_queries(rng, geom.kv_dtype, (B, 1, heads, geom.head_dim), w)
     kv = PagedKV(geom, lp.sim_pool, lp.block_table)
-    outcome = score_paged(env, kv, qv, qs, q64, wk, np.full(B, n, np.int32), 1, n + 3, True, pool_t=lp.pool_t)
+    outcome = score_paged(env, kv, qv, qs, q64, wk, np.full(B, n, np.int32), 1, n + 3, True, pool_t=lp.kernel_pool)
     return outcome.worst_ratio
 
 
 @dataclass(frozen=True, kw_only=True)
 class LargeAddressDiff(FormatDiff):
-    """build_large_pool + check_large_writer / check_large_gather / check_large_decode as a matrix case."""
+    """sim.testing.build_large_pool (written by hw.testing.write_zeros_pool) + check_large_writer /
+    check_large_gather / check_large_decode as a matrix case."""
 
     kind: ClassVar[str] = "large_address"
     head_dim: int = 128
@@ -563,10 +458,15 @@ class LargeAddressDiff(FormatDiff):
     tokens_per_page: int = 5
 
     def run(self, env: Env) -> Outcome:
-        lp = build_large_pool(env, kv_dtype=self.kv_dtype, layout=self.layout, page_size=self.page_size,
+        lp = build_large_pool(functools.partial(env.testing.write_zeros_pool, device=env.device),
+                              kv_dtype=self.kv_dtype, layout=self.layout, page_size=self.page_size,
                               head_dim=self.head_dim, tokens=self.tokens_per_page, seed=self.name)
-        check_large_writer(env, lp)
-        boundaries = check_large_gather(env, lp)
+        pool_t, geom = lp.kernel_pool, lp.geom
+        check_large_writer(lp, lambda window: env.numpy(pool_t[window]), env.testing.count_nonzero_bytes(pool_t))
+        values, scales = env.hw.cp_gather_indexer_k_quant_cache(env.cache_view(pool_t, geom),
+                                                                env.tensor(lp.block_table), env.tensor(lp.cu_seq_lens),
+                                                                layout=geom.layout)
+        boundaries = check_large_gather(lp, env.numpy(values), env.numpy(scales))
         ratio = check_large_decode(env, lp, heads=self.heads, seed=self.name)
         pages = ", ".join(f"{r.page}{' (int32 wrap faults)' if r.faulted_int32_wrap else ''}" for r in boundaries)
         return Outcome(worst_ratio=ratio, note=f"pool {lp.geom.pool_bytes / 1e9:.2f} GB, pages {pages}")

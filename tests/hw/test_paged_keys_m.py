@@ -10,6 +10,7 @@ than the fold's exact range, which the kernel must score through its exact fallb
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -26,13 +27,12 @@ from hw._logits_details import paged_keys_m as km
 from hw._logits_details import paged_keys_m_wgmma as wgmma
 from hw._logits_details.calls import DecodeCall
 from hw.targets import Op, Target, target_of
-from hw.testing import host_to_device, pair_as_torch, torch_cache_view
+from hw.testing import host_to_device, pair_as_torch, torch_cache_view, write_zeros_pool
 from hw.variants import variants
 from sim import fp8 as sim_fp8
 from sim import scorer
 from sim.formats import E2M1_VALUES, E4M3_NAN, E8M0_BIAS, E8M0_NAN
-from sim.testing import case_rng, make_geometry, sim_quantize, sim_quantize_q
-from tools import difftest
+from sim.testing import build_large_pool, case_rng, make_geometry, sim_quantize, sim_quantize_q
 
 pytestmark = pytest.mark.interp
 
@@ -367,10 +367,9 @@ def test_wide_key_leaves_its_tile_mates_alone(layout, path, device):
                                                   pytest.param("mxfp4", None, WGMMA, marks=pytest.mark.gpu)])
 def test_pages_past_4_6_gb(kv_dtype, layout, path, device):
     """Pages whose bytes lie past 2^31, 2^32 and 4,608,000,000 bytes of the view (DESIGN §3): the 64-bit rebase.
-    On the CPU the pool is lazily committed np.zeros (tools.difftest.build_large_pool)."""
-    env = difftest.make_env(device.type)
-    large = difftest.build_large_pool(env, kv_dtype=kv_dtype, layout=layout, tokens=5,
-                                      seed=f"keys-m-{kv_dtype}-{layout}")
+    On the CPU the pool is lazily committed np.zeros (hw.testing.zeros_pool)."""
+    large = build_large_pool(functools.partial(write_zeros_pool, device=device), kv_dtype=kv_dtype, layout=layout,
+                             tokens=5, seed=f"keys-m-{kv_dtype}-{layout}")
     rng = case_rng(f"keys-m-large-{kv_dtype}-{layout}")
     batch, heads, D, P = large.block_table.shape[0], 2, large.geom.head_dim, large.geom.page_size
     values, scales, q64, w = sim_quantize_q(kv_dtype, rng.standard_normal((batch, 1, heads, D)).astype(np.float32),
@@ -381,7 +380,7 @@ def test_pages_past_4_6_gb(kv_dtype, layout, path, device):
     skip_unless_covered(path, device, D, 1, heads, layout)
     out = torch.full((batch, P), UNTOUCHED, device=device)
     target = target_of(device, km.paged_keys_m_kernel)
-    launch(path, q_v.view(torch.uint8), q_s, torch_cache_view(large.pool_t, large.geom),
+    launch(path, q_v.view(torch.uint8), q_s, torch_cache_view(large.kernel_pool, large.geom),
            torch.from_numpy(w).to(device), torch.from_numpy(ctx).to(device),
            torch.from_numpy(large.block_table).to(device), out, target=target, cap=P,
            page_stride=large.geom.page_stride, num_cache_pages=large.geom.num_pages, next_n=1, num_heads=heads,

@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import sim.addressing
 import sim.fp8
 import sim.layout
 import sim.mxfp4
@@ -14,12 +15,16 @@ from sim.testing import (
     POISON,
     Mismatch,
     assert_equal_bits,
+    build_large_pool,
     build_paged_kv,
     case_rng,
+    check_large_gather,
+    check_large_writer,
     check_scorer,
     hostile_rows,
     hostile_values,
     pool_locator,
+    sim_quantize,
     sim_quantize_q,
 )
 
@@ -112,3 +117,30 @@ def test_check_scorer_returns_the_worst_ratio_or_raises():
     assert check_scorer("ok", np.array([[1.25, -np.inf]], np.float32), ref, bound, None) == pytest.approx(0.5)
     with pytest.raises(Mismatch, match="too far"):
         check_scorer("too far", np.array([[2.0, -np.inf]], np.float32), ref, bound, None)
+
+
+def _sim_writer(geom, slots, x):
+    """build_large_pool's `write` done by sim itself (a writer that is right by construction)."""
+    pool = sim.layout.new_pool(geom, fill=0)
+    sim.layout.write_tokens(pool, geom, slots, *sim_quantize(geom.kv_dtype, x))
+    return pool, x
+
+
+def test_large_pool_checks_accept_the_64_bit_read_and_flag_the_wrapped_one():
+    lp = build_large_pool(_sim_writer, tokens=2, seed="sim-large")
+    assert [b for b, _ in lp.crossings] == list(sim.addressing.BOUNDARIES)
+    windows = check_large_writer(lp, lambda window: lp.kernel_pool[window], int(np.count_nonzero(lp.kernel_pool)))
+    assert windows > 0
+    with pytest.raises(Mismatch, match="outside the written pages"):
+        check_large_writer(lp, lambda window: lp.kernel_pool[window], windows + 1)
+
+    def gathered(model=None):
+        reads = [sim.layout.read_tokens(lp.sim_pool, lp.geom, row, lp.tokens) if model is None else
+                 sim.addressing.read_tokens_as(lp.sim_pool, lp.geom, row, lp.tokens, model)[:2]
+                 for row in lp.block_table]
+        return np.concatenate([v for v, _ in reads]), np.concatenate([s for _, s in reads])
+
+    results = check_large_gather(lp, *gathered())
+    assert [r.differs_int32_wrap for r in results] == [True] * len(lp.crossings)
+    with pytest.raises(Mismatch, match="gathered"):
+        check_large_gather(lp, *gathered(sim.addressing.AddressModel.INT32_WRAP))
