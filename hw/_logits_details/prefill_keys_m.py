@@ -594,7 +594,8 @@ def _variant(name: str, kv_dtype: str, path: str | None, targets: frozenset, def
         summary=summary)
 
 
-#: the default everywhere: on NVIDIA several times the heads-on-M kernels' rate (docs/perf/h200-bench.md); on AMD
+#: the default everywhere: on NVIDIA faster than the heads-on-M kernels it replaced (docs/perf/h200-bench.md; their
+#: code is at commit 38a6a4d); on AMD
 #: fewer instructions per key tile at the same or a higher occupancy, scaled MFMA kept, no scratch
 #: (docs/perf/isa-gfx950-structures.md); the interpreter runs NVIDIA's MXFP4 arithmetic (the fold), so that CPU
 #: tests check the structure GPUs run
