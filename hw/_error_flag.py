@@ -11,7 +11,6 @@ from .checks import FLAG_COUNT, FLAG_KIND, FLAG_ROW, FLAG_VALUE, ErrorKind
 
 KIND_PAGE_ID = tl.constexpr(ErrorKind.PAGE_ID.value)
 KIND_CONTEXT_PAST_TABLE = tl.constexpr(ErrorKind.CONTEXT_PAST_TABLE.value)
-KIND_SCHEDULE = tl.constexpr(ErrorKind.SCHEDULE.value)
 KIND_SLOT = tl.constexpr(ErrorKind.SLOT.value)
 KIND_RANGE = tl.constexpr(ErrorKind.RANGE.value)
 KIND_CU_SEQ_LENS = tl.constexpr(ErrorKind.CU_SEQ_LENS.value)

@@ -162,7 +162,8 @@ class ErrorKind(enum.IntEnum):
     CONTEXT_PAST_TABLE = 2  # a sequence is longer than its block-table row covers: row = sequence, value = its
                             # visible context (decode) or the position + 1 of a token past the table (gather)
     SCHEDULE = 3           # schedule_meta is not get_paged_mqa_logits_metadata(context_lens, P, num_sms) of this
-                           # call: row = the persistent program whose entry differs, value = the entry's sequence
+                           # call: row = the program whose entry differs, value = the entry's sequence. Reserved:
+                           # no decode kernel reads schedule_meta (validate mode still refuses a foreign one)
     SLOT = 4               # a writer slot at or past num_pages * P: row = the token, value = the slot (saturated to
                            # int32)
     RANGE = 5              # a prefill row whose [ks, ke) is not inside [0, SK] with ks <= ke: row = the query row,
@@ -198,7 +199,7 @@ _KIND_TEXT = {
     ErrorKind.CONTEXT_PAST_TABLE: "sequence {row} needs {value} tokens, more than its block-table row covers (NaN "
                                   "past the table)",
     ErrorKind.SCHEDULE: "schedule_meta: entry {row} (sequence {value}) is not get_paged_mqa_logits_metadata of "
-                        "these context_lens and page size (ignored: the kernel derived its own split)",
+                        "these context_lens and page size (not read by the kernels)",
     ErrorKind.SLOT: "slot_mapping: token {row} has slot {value}, at or past num_pages * P (not written)",
     ErrorKind.RANGE: "cu_seq_len_k_start / cu_seq_len_k_end: row {row} has a bound {value} outside "
                      "0 <= ks <= ke <= SK (clamped)",

@@ -80,7 +80,7 @@ def kernel_signature(fn, types: Mapping[str, str], constexprs: Mapping[str, Any]
 class CompileSpec:
     """One kernel instantiation to cross-compile.
 
-    label        unique over hw/, "<family>/<variant>", e.g. "topk/k2048" or "paged_logits/mxfp4/D128/P64".
+    label        unique over hw/, "<family>/<variant>", e.g. "topk/k2048" or "paged_keys_m/mxfp4/fold/D128/P64/N1/H32".
     fn           the @triton.jit function object.
     types        the types fn's parameter list cannot give, as kernel_signature takes them: every pointer
                  parameter's ("*fp32", "*u8", "*i32", "*fp8e4nv", ...: the element type after "*") and a scalar's

@@ -25,8 +25,8 @@ import torch
 from . import checks as _checks
 from ._logits_details.calls import DecodeCall, PrefillCall
 from ._logits_details.common import INTERPRETER_DOT_SCALED_TRITON
-from ._logits_details.paged import paged_logits_kernel
-from ._logits_details.prefill import prefill_logits_kernel
+from ._logits_details.paged_keys_m import paged_keys_m_kernel
+from ._logits_details.prefill_keys_m import prefill_keys_m_kernel
 from ._logits_details.schedule import paged_schedule
 from .checks import (
     FP8_DTYPE,
@@ -53,7 +53,7 @@ SCORER_OPS = (Op.PREFILL, Op.DECODE)
 
 def scorer_target(device) -> Target:
     """The hw.targets.Target the scorers run on for tensors on `device`."""
-    return target_of(device, prefill_logits_kernel)
+    return target_of(device, prefill_keys_m_kernel)
 
 
 def declared_precision(op: Op, kv_dtype: str, head_dim: int, device, variant: str | None = None) -> tuple[int, float]:
@@ -74,7 +74,7 @@ def declared_precision(op: Op, kv_dtype: str, head_dim: int, device, variant: st
 def kernels_interpreted() -> bool:
     """True when this module's kernels were defined under TRITON_INTERPRET=1 (they then run on CPU tensors),
     whatever the environment says now."""
-    return _checks.kernels_interpreted(prefill_logits_kernel)
+    return _checks.kernels_interpreted(prefill_keys_m_kernel)
 
 
 # ============================================================================================ argument parsing
@@ -187,7 +187,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     # The kernel forms key offsets as (int32 column) * stride; query and output rows are 64-bit.
     check_int32_extent("kv[0]", k_v, (0, 1), "key byte offsets")
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
-    check_kernel_device("q[0]", device, prefill_logits_kernel)
+    check_kernel_device("q[0]", device, prefill_keys_m_kernel)
     error_flag = check_error_flag(error_flag, device)
     chosen = select(Op.PREFILL, scorer_target(device), kv_dtype, variant)
     if validate:
@@ -218,8 +218,9 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms) -> torch.Tens
 
     block_kv must be the page size P of the cache the scorer reads (one item = one page). num_sms is the number of
     persistent programs, not necessarily the SM count: programs run their items one after another, so several per
-    SM hide the latency (integration.schedule.default_num_sms). The keys-on-M decode variants size their grid
-    from the shapes instead and do not read the schedule.
+    SM hide the latency (integration.schedule.default_num_sms). No decode variant of hw reads the schedule (they
+    size their grid from the shapes): fp8_fp4_paged_mqa_logits takes it for DeepGEMM's call form, checks its
+    shape, and in validate mode its values.
     """
     check_tensor("context_lens", context_lens, dtypes=torch.int32, contiguous=True)
     if context_lens.dim() not in (1, 2) or (context_lens.dim() == 2 and context_lens.shape[1] < 1):
@@ -267,12 +268,12 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     The format of kv_cache is not in its bytes: it is q's (68 bytes a token is both MXFP4 D = 128 and FP8 D = 64),
     so q must be of the cache's format.
     Hot path, without a sync: a visible column whose page has no valid block-table entry (an id outside
-    [0, num_pages), or past the table: ctx > max_pages * P) is NaN and its page is never read; a schedule_meta that
-    is not get_paged_mqa_logits_metadata(context_lens, P, num_sms) of this call is not used (the kernels that
-    read it derive their split from context_lens). error_flag (keyword-only): None or an int32 [4] flag
-    (hw.checks.new_error_flag) where these cases are reported (ErrorKind PAGE_ID, CONTEXT_PAST_TABLE, SCHEDULE).
-    validate=True (or MXIDX_VALIDATE=1) checks the same cases and context_lens >= 0 with device syncs and raises
-    ValueError instead (not allowed during CUDA-graph capture).
+    [0, num_pages), or past the table: ctx > max_pages * P) is NaN and its page is never read; schedule_meta is
+    checked for its shape only (the kernels do not read it; a foreign one changes nothing). error_flag
+    (keyword-only): None or an int32 [4] flag (hw.checks.new_error_flag) where these cases are reported
+    (ErrorKind PAGE_ID, CONTEXT_PAST_TABLE). validate=True (or MXIDX_VALIDATE=1) checks the same cases,
+    context_lens >= 0 and that schedule_meta is get_paged_mqa_logits_metadata(context_lens, P, num_sms) with
+    device syncs and raises ValueError instead (not allowed during CUDA-graph capture).
     indices (DeepGEMM's, keyword-only here) is not supported: anything but None is a ValueError.
     variant (keyword-only): a hw.variants name of Op.DECODE for q's format, else the target's default;
     launch_settings: fields of the variant's settings to replace (tuning, tests).
@@ -306,7 +307,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     if num_programs < 1:
         raise ValueError(f"schedule_meta must be [num_sms + 1, 2] with num_sms >= 1, got "
                          f"{list(schedule_meta.shape)}")
-    check_kernel_device("q[0]", device, paged_logits_kernel)
+    check_kernel_device("q[0]", device, paged_keys_m_kernel)
     error_flag = check_error_flag(error_flag, device)
     chosen = select(Op.DECODE, scorer_target(device), kv_dtype, variant)
     if validate:
@@ -317,9 +318,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         out.fill_(float("-inf"))
     if batch == 0 or width == 0:
         return out
-    call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, schedule_meta,
-                      out, view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads,
-                      head_dim, width, view.num_pages, error_flag)    # FP8: the scale pointer is unused
+    call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, out,
+                      view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads, head_dim,
+                      width, view.num_pages, error_flag)    # FP8: the scale pointer is unused
     if variant is None:   # the default for this call: a conditional row of hw.variants.DEFAULTS may apply
         chosen = select(Op.DECODE, scorer_target(device), kv_dtype, call=call)
     chosen.run(call, scorer_target(device), launch_settings)

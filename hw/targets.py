@@ -76,7 +76,7 @@ class Op(enum.Enum):
 class Variant:
     """One kernel variant of an op.
 
-    name        unique within its op, e.g. "mxfp4_unpack"; the `variant=` keyword of the op's launcher takes it.
+    name        unique within its op, e.g. "mxfp4_keys_m"; the `variant=` keyword of the op's launcher takes it.
     op          the Op it computes.
     kv_dtype   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
     targets     the Targets it runs on.

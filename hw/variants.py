@@ -17,7 +17,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._logits_details import paged_keys_m, paged_keys_m_wgmma, paged_variants, prefill_keys_m, prefill_variants
+from ._logits_details import paged_keys_m, paged_keys_m_wgmma, prefill_keys_m
 from ._topk_details import fast as topk_fast
 from ._topk_details import variants as topk_variants
 from ._topk_details.radix_fast import FAST_MAX_WIDTH
@@ -25,12 +25,10 @@ from .isa_spec import CompileSpec
 from .targets import Op, Target, Variant
 
 REGISTRY: dict[Op, tuple[Variant, ...]] = {
-    Op.PREFILL: (prefill_variants.FP8, prefill_variants.MXFP4_DOT_SCALED, prefill_variants.MXFP4_UNPACK,
-                 prefill_keys_m.FP8_VARIANT, prefill_keys_m.MXFP4_FOLD_VARIANT,
+    Op.PREFILL: (prefill_keys_m.FP8_VARIANT, prefill_keys_m.MXFP4_FOLD_VARIANT,
                  prefill_keys_m.MXFP4_DOT_SCALED_VARIANT),
     Op.DECODE: (paged_keys_m.FP8_VARIANT, paged_keys_m_wgmma.VARIANT, paged_keys_m.MXFP4_FOLD_VARIANT,
-                paged_keys_m.MXFP4_DOT_SCALED_VARIANT,
-                paged_variants.FP8, paged_variants.MXFP4_DOT_SCALED, paged_variants.MXFP4_UNPACK),
+                paged_keys_m.MXFP4_DOT_SCALED_VARIANT),
     Op.TOPK: (topk_fast.VARIANT, topk_variants.PER_ROW, topk_variants.ROWS_TILE),
 }
 

@@ -6,9 +6,8 @@ Gates, in the order they are evaluated (cheap first; the self-check launches ker
                   CPU through the Triton interpreter. Anything else (gfx942, sm_80, a CPU without the
                   interpreter) falls back.
     triton        compiled backends need tl.dot_scaled (triton >= 3.3). When the kernels are interpreted
-                  (Platform.interpreter, whatever the device), hw's kernels need triton >= 3.7 there; before 3.8,
-                  which first interprets tl.dot_scaled, the scorers take the exact unpack path, and the decision
-                  says so.
+                  (Platform.interpreter, whatever the device), hw's kernels need triton >= 3.7 there (the
+                  interpreter's default MXFP4 scorers, the keys-on-M fold, do not use tl.dot_scaled).
     geometry      the MXFP4-specific limits of the model's geometry: the tiled layout needs D % 128 == 0 (its
                   P % 4 == 0 holds for every page size). Geometry no format supports (including head dims the
                   scorers do not tile: they take D in 32/64/128/256) is a ValueError from IndexerGeometry
@@ -32,7 +31,7 @@ import torch
 
 from hw.checks import INTERPRETER_MIN_TRITON, parse_version
 from hw.layout import TILE_HEAD_DIM
-from hw.logits import INTERPRETER_DOT_SCALED_TRITON, kernels_interpreted
+from hw.logits import kernels_interpreted
 
 from .config import IndexerConfig
 from .geometry import IndexerGeometry
@@ -124,8 +123,7 @@ def check_architecture(platform: Platform) -> str | None:
 
 def check_triton(platform: Platform) -> str | None:
     """None if the Triton version has what the MXFP4 kernels need, else the reason. Compiled backends need
-    tl.dot_scaled; the interpreter runs hw's kernels from INTERPRETER_MIN_TRITON on (interpreter_path_note says
-    which dot path it takes)."""
+    tl.dot_scaled; the interpreter runs hw's kernels from INTERPRETER_MIN_TRITON on."""
     version = parse_version(platform.triton_version)
     if platform.interpreter:
         if version >= INTERPRETER_MIN_TRITON:
@@ -136,15 +134,6 @@ def check_triton(platform: Platform) -> str | None:
         return None
     return (f"triton {platform.triton_version} is too old: tl.dot_scaled in compiled backends needs triton >= "
             f"{'.'.join(map(str, MIN_TRITON_COMPILED))}")
-
-
-def interpreter_path_note(platform: Platform) -> str:
-    """"" unless the kernels are interpreted by a triton without tl.dot_scaled; then what the scorers do instead."""
-    if not platform.interpreter or parse_version(platform.triton_version) >= INTERPRETER_DOT_SCALED_TRITON:
-        return ""
-    need = ".".join(map(str, INTERPRETER_DOT_SCALED_TRITON))
-    return (f"; MXFP4 scorers on the exact unpack path (the triton {platform.triton_version} interpreter has no "
-            f"tl.dot_scaled, which needs {need})")
 
 
 def check_geometry(config: IndexerConfig, geometry: IndexerGeometry) -> str | None:
@@ -185,8 +174,7 @@ def decide(config: IndexerConfig, geometry: IndexerGeometry, device: torch.devic
         if reason is not None:
             log.warning("MXFP4 indexer disabled by the %s gate: %s; falling back to FP8", gate, reason)
             return GateDecision(config, IndexerConfig(), gate, reason)
-    return GateDecision(config, config, None,
-                        f"all gates passed on {platform.arch}{interpreter_path_note(platform)}")
+    return GateDecision(config, config, None, f"all gates passed on {platform.arch}")
 
 
 def _default_self_check() -> SelfCheck:

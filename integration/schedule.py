@@ -21,8 +21,9 @@ from hw.checks import check_tensor
 from hw.targets import sm_count
 
 CPU_NUM_PROGRAMS = 4   # the interpreter runs programs one after another: a few programs keep the grid cheap
-# Programs per SM/CU of the persistent decode grid: several resident programs hide the page-load latency
-# (docs/perf/h200-first-numbers.md)
+# Programs per SM/CU of the persistent decode grid that schedule_meta describes (DeepGEMM's call form; hw's decode
+# kernels size their own grid and do not read it; the heads-on-M kernel of commit 38a6a4d did:
+# docs/perf/h200-first-numbers.md)
 PROGRAMS_PER_SM = 4
 
 

@@ -55,14 +55,13 @@ def _ceilings(inner: int, replays: int) -> dict:
 
 
 def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
-                  seed: int = 0, num_programs: int | None = None, variant: str | None = None,
-                  launch_settings: dict | None = None):
+                  seed: int = 0, variant: str | None = None, launch_settings: dict | None = None):
     """One input set of the decode benchmark: a paged cache on shuffled physical pages filled by the hw writer from
     random bf16 keys, quantized queries and weights. Returns (call, bytes_moved): call() runs
     hw.fp8_fp4_paged_mqa_logits (clean_logits=False, as a decode step does; `variant` and `launch_settings` as
     that launcher takes them) and returns the logits; bytes_moved counts the K cache bytes read once, q, the
-    weights and the logits written. num_programs: the persistent grid (default:
-    integration.schedule.default_num_sms)."""
+    weights and the logits written; schedule_meta is the hook's (integration.schedule.default_num_sms programs),
+    which the decode variants do not read."""
     import torch
 
     import hw
@@ -91,8 +90,7 @@ def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim,
         q = hw.quantize_q_mxfp4(q_bf16)
     weights = weights.reshape(batch * next_n, heads).contiguous()
     context_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
-    num_programs = num_programs or default_num_sms(torch.device(device))
-    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, num_programs)
+    meta = hw.get_paged_mqa_logits_metadata(context_lens, page_size, default_num_sms(torch.device(device)))
 
     def call():
         return hw.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, meta, context,

@@ -79,7 +79,7 @@ _TILE_HEADER = ("op", "kernel", "variant", "warps", "loop tile", "matrix instruc
 
 def per_tile_table(kernels, variants: dict[str, tuple[str, str, bool]]) -> str:
     """The --per-tile table of `kernels` (gfx950 KernelIsa with key loops), rows ordered by op, then by the label
-    after its family (both structures of one shape side by side); `variants`: tools.isa.spec_variants."""
+    after its family (one shape's kernels side by side); `variants`: tools.isa.spec_variants."""
     from . import isa as isa_report
 
     def order(k):

@@ -10,7 +10,8 @@ in the unused block-table entries, and adds one hostile input, HOSTILE[(i // 3) 
     page_id      a block-table entry a sequence needs is -1, num_pages, 2^30 or -2^31
     past_table   a context longer than its block-table row covers
     slot         writer slots past the cache (and a negative one)
-    schedule     schedule_meta of another batch, of other contexts, or DeepGEMM's split (256-token segments)
+    schedule     schedule_meta of another batch, of other contexts, or DeepGEMM's split (256-token segments):
+                 harmless, since no decode kernel reads it (nothing to flag)
     range        prefill rows with ks < 0, ke > SK or ks > ke
     cu_seq_lens  gather: a decreasing cu_seq_lens, or num_tokens below cu_seq_lens[-1]
 
@@ -219,7 +220,6 @@ def _decode(case: FuzzCase, pool: np.ndarray, rng: np.random.Generator, device, 
     table_t = host_to_device(case.table, device)
     num_sms = int(rng.integers(1, 6))
     meta = _schedule(case, rng, device, num_sms)
-    ours = hw.get_paged_mqa_logits_metadata(ctx_t, case.page_size, num_sms)
     args = (q64, pool, case.geom, w, case.contexts, case.table, case.width)
     ref = sim_scorer.decode_logits(*args)
     kinds = _table_kinds(case, np.minimum(np.maximum(case.contexts, 0), case.width))
@@ -232,10 +232,8 @@ def _decode(case: FuzzCase, pool: np.ndarray, rng: np.random.Generator, device, 
     layout = case.layout if case.layout == "mxfp4_tiled" else None
     for name in names:
         flag = new_error_flag(device)
-        reads_schedule = "keys_m" not in name            # the keys-on-M kernels size their grid from shapes
-        expected = kinds | ({ErrorKind.SCHEDULE} if reads_schedule and not torch.equal(meta, ours) else set())
 
-        def check(name=name, flag=flag, expected=expected):
+        def check(name=name, flag=flag, expected=kinds):
             out = hw.fp8_fp4_paged_mqa_logits(q_t, cache, w_t, ctx_t, table_t, meta, case.width, clean_logits=True,
                                               layout=layout, variant=name, error_flag=flag)
             n, u = declared_precision(Op.DECODE, case.kv_dtype, D, device, name)

@@ -21,15 +21,12 @@ from .runtime import choose_device
 from .timing import graph_time_us
 
 #: prefill: settings field -> values to sweep; a variant sweeps the fields its own settings record has
-#: (heads on M: block_s 2 / 4 = 64 / 128 MMA rows at H32; keys on M: block_q query tokens, block_k keys a step)
-PREFILL_SWEEP = {"block_s": (2, 4), "block_n": (64, 128), "block_q": (2, 4, 8), "block_k": (64, 128),
-                 "num_warps": (4, 8), "num_stages": (2, 3)}
-#: decode: persistent programs per SM (schedule), then, likewise, the fields of the variant's settings record
-DECODE_PROGRAMS_PER_SM = (4, 8)
+#: (block_q query tokens, block_k keys a step)
+PREFILL_SWEEP = {"block_q": (2, 4, 8), "block_k": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3)}
+#: decode: likewise, the fields of the variant's settings record
 DECODE_WARPS = (4, 8)
-DECODE_TOKENS_PER_STEP = (128, 256, 512)
-DECODE_TILES = (2, 4, 8)          # keys-on-M variants: tiles of 64 keys per program (even: the Gluon one's)
-DECODE_STAGES = (2, 3, 4)         # keys-on-M variants: software-pipeline depth
+DECODE_TILES = (2, 4, 8)          # tiles of 64 keys per program (even: the Gluon variant's)
+DECODE_STAGES = (2, 3, 4)         # software-pipeline depth
 DECODE_SHAPE = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
 PREFILL_SHAPE = dict(queries=4096, keys=4096, heads=32, head_dim=128, causal=False)
 
@@ -85,38 +82,32 @@ def _prefill_rows(replays, names, grid, size):
                    **row}
 
 
-def _decode_grid(settings, warps_options, tokens_options) -> list[dict]:
+def _decode_grid(settings, warps_options) -> list[dict]:
     """The settings to try for a decode variant whose default settings record is `settings`, the fields it has of:
-    warps, pages per step (persistent kernels), tiles per program and pipeline stages (keys on M)."""
-    page = DECODE_SHAPE["page_size"]
-    sweep = {"num_warps": warps_options, "pages_per_step": sorted({max(1, t // page) for t in tokens_options}),
-             "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
+    warps, tiles per program and pipeline stages."""
+    sweep = {"num_warps": warps_options, "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
     return _product({field: values for field, values in sweep.items() if field in _fields(settings)})
 
 
-def _decode_rows(replays, *, warps_options, tokens_options, names, grid):
+def _decode_rows(replays, *, warps_options, names, grid):
     import torch
 
     from hw.logits import scorer_target
-    from hw.targets import Op, sm_count
+    from hw.targets import Op
     from hw.variants import variants
 
-    sms = sm_count("cuda")
     target = scorer_target("cuda")
     shape = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
                             page_size=DECODE_SHAPE["page_size"], head_dim=DECODE_SHAPE["head_dim"])
-    chosen = [v for v in variants(Op.DECODE, target=target) if not names or v.name in names]
-    for v, per_sm in itertools.product(chosen, DECODE_PROGRAMS_PER_SM[:1] if grid else DECODE_PROGRAMS_PER_SM):
-        for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options,
-                                                                tokens_options):
-            sets = [decode_inputs(v.kv_dtype, "cuda", layout=None, seed=i, num_programs=per_sm * sms,
-                                  variant=v.name, launch_settings=setting, **DECODE_SHAPE)
+    for v in (v for v in variants(Op.DECODE, target=target) if not names or v.name in names):
+        for setting in _product(grid) if grid else _decode_grid(v.settings(target, shape), warps_options):
+            sets = [decode_inputs(v.kv_dtype, "cuda", layout=None, seed=i, variant=v.name, launch_settings=setting,
+                                  **DECODE_SHAPE)
                     for i in range(INPUT_SETS)]
             row = _timed([call for call, _ in sets], inner=20, replays=replays)
             if "time_us" in row:
                 row["GBps"] = sets[0][1] / row["time_us"] / 1e3
-            yield {"kernel": "decode", "format": v.kv_dtype, "variant": v.name, "programs_per_sm": per_sm,
-                   **setting, **row}
+            yield {"kernel": "decode", "format": v.kv_dtype, "variant": v.name, **setting, **row}
             del sets
             torch.cuda.empty_cache()
 
@@ -135,14 +126,12 @@ def _best(rows, kernel):
 @click.option("--only", type=click.Choice(["prefill", "decode"]), help="sweep one kernel (default: both)")
 @click.option("--replays", default=20, show_default=True, help="Timed graph replays per setting (median).")
 @click.option("--decode-warps", type=int, multiple=True, help="decode: warps to try (default 4 and 8)")
-@click.option("--decode-tokens", type=int, multiple=True, help="decode: tokens a step to try (default 128 256 512)")
 @click.option("--variant", "names", multiple=True, help="only these variants (repeatable; default: all)")
 @click.option("--grid", "grid_specs", multiple=True, metavar="FIELD=V1,V2",
-              help="sweep these settings fields instead of the default grid (repeatable; decode then uses one "
-                   "program count per SM)")
+              help="sweep these settings fields instead of the default grid (repeatable)")
 @click.option("--prefill-size", type=int, default=0, help="prefill: queries = keys (default 4096)")
 @click.option("--json-out", type=click.Path(dir_okay=False), required=True, help="rows are written here as measured")
-def tune(only, replays, decode_warps, decode_tokens, names, grid_specs, prefill_size, json_out):
+def tune(only, replays, decode_warps, names, grid_specs, prefill_size, json_out):
     """Sweep the prefill and decode launch settings of every scorer variant on the GPU; print the fastest setting
     per variant."""
     import torch
@@ -155,8 +144,7 @@ def tune(only, replays, decode_warps, decode_tokens, names, grid_specs, prefill_
     rows = []
     grid = _parse_grid(grid_specs)
     sweeps = {"prefill": lambda: _prefill_rows(replays, names, grid, prefill_size),
-              "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS,
-                                             tokens_options=decode_tokens or DECODE_TOKENS_PER_STEP, names=names,
+              "decode": lambda: _decode_rows(replays, warps_options=decode_warps or DECODE_WARPS, names=names,
                                              grid=grid)}
     for kernel in kernels:
         for row in sweeps[kernel]():

@@ -1,13 +1,12 @@
 """Private kernels of hw.logits and their variants (registered in hw.variants).
 
-scoring.py           shared tile helpers (E8M0 / E2M1 decoding, MXFP4 and FP8 q.k tiles, NaN-keeping relu, head sum)
-prefill.py           the ragged prefill kernel (contiguous K)
-paged.py             the persistent paged decode kernel
-schedule.py          the on-device (sequence, page) work split of the decode kernel (torch ops, no host sync)
-calls.py             the checked arguments of one launch, as the launchers hand them to a variant
-common.py            declared precisions, head padding, where tl.dot_scaled runs
-prefill_variants.py  the prefill kernel's variants (one per q.k path) and their settings
-paged_variants.py    the decode kernel's variants and their settings
+paged_keys_m.py        the paged decode kernel with the keys on the MMA's M axis (FP8; MXFP4 fold or dot_scaled),
+                       its settings and variants, and the conversion helpers the other keys-on-M kernels import
+paged_keys_m_wgmma.py  the Gluon (Hopper wgmma) MXFP4 decode kernel and its variant
+prefill_keys_m.py      the ragged prefill kernel with the keys on M, its settings and variants
+schedule.py            get_paged_mqa_logits_metadata's (sequence, page) work split (torch ops, no host sync)
+calls.py               the checked arguments of one launch, as the launchers hand them to a variant
+common.py              declared unit roundoffs, the MMA's smallest M, where tl.dot_scaled runs
 """
 
 ISA_SPECS = ()   # the scorer variants' cross-compile specs come with their records in hw.variants

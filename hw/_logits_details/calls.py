@@ -48,8 +48,8 @@ class DecodeCall:
     q_v  uint8 [B, N, H, D] or [B, N, H, D/2];  q_s  uint8 [B, N, H, D/32] (MXFP4) or q_v (FP8)
     kv_cache  uint8 [num_pages, P, 1, bytes_per_token] view (page stride `page_stride` bytes; `tiled`: the
     mxfp4_tiled layout);  weights fp32 [B*N, H];  context_lens int32 [B] or [B, N];  block_table int32
-    [B, max_pages] (stride(1) == 1);  schedule int32 [num_programs + 1, 2] (get_paged_mqa_logits_metadata);
-    out fp32 [B*N, W], W = max_context_len (invisible entries already -inf when clean, else left alone);
+    [B, max_pages] (stride(1) == 1);  out fp32 [B*N, W], W = max_context_len (invisible entries already -inf when
+    clean, else left alone);
     cap = W: the column limit of every row (visible columns past max_pages * P have no page and come out NaN);
     num_cache_pages: the cache view's pages (page ids outside [0, num_cache_pages) are not read: NaN logits);
     error_flag: None or hw.checks' int32 [4] error flag the kernels report to.
@@ -61,7 +61,6 @@ class DecodeCall:
     weights: torch.Tensor
     context_lens: torch.Tensor
     block_table: torch.Tensor
-    schedule: torch.Tensor
     out: torch.Tensor
     page_size: int
     page_stride: int
@@ -72,7 +71,3 @@ class DecodeCall:
     cap: int
     num_cache_pages: int
     error_flag: torch.Tensor | None = None
-
-    @property
-    def num_programs(self) -> int:
-        return self.schedule.shape[0] - 1

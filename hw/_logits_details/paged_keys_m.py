@@ -30,11 +30,11 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
           q_h . k = 2^(sqmax_h - 133) * 2^(skmax - 133) * s_fold
       with 2^(sqmax_h - c) folded into the weights (c = the program's largest finite sqmax, so w' <= w) and
       2^(skmax + c - 266) applied to the key after the head sum. A key whose block scales span more than FOLD_SPAN
-      binades (or a query row that does) takes the exact fallback, the arithmetic of the "unpack" decode variants:
-      operands e4m3(e2m1 * 2^-5) (exact), per block g one K = D MMA of the keys against the query operand with
-      every block but g zeroed (the exact block sum: 32 products, at most 13 significant bits), times 2^10 and the
-      two E8M0 factors in fp32, D/32 fp32 adds. It runs after the pipelined loop, for the tiles that hold such a
-      key (every tile of the program for such a query row), and writes every visible key of those tiles.
+      binades (or a query row that does) takes the exact fallback: operands e4m3(e2m1 * 2^-5) (exact), per block g
+      one K = D MMA of the keys against the query operand with every block but g zeroed (the exact block sum: 32
+      products, at most 13 significant bits), times 2^10 and the two E8M0 factors in fp32, D/32 fp32 adds. It runs
+      after the pipelined loop, for the tiles that hold such a key (every tile of the program for such a query row),
+      and writes every visible key of those tiles.
       The fold loop: for D >= 64 the codes are converted as packed bytes (4 per 32-bit register, 12 instructions
       per word with the block's tables built in place, FOLD_BYTES_PTX) into two operands in the split K order (word
       a's elements 8a + 0..3 at columns 4a + 0..3 of the first, 8a + 4..7 of the second) and two K = D/2 MMAs sum
@@ -51,11 +51,10 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
       "e2m1"): gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; its logits (all logits of the row) are NaN, as in sim.scorer.
 
-Scaling range of the fold (the fallback's is that of the unpack variants, 2^(sq + sk - 254) exact in fp32 for
--149 <= sq + sk - 254 <= 127): exact while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 (a head whose largest q
-block scale lies more than ~2^126 below the program's largest rounds or drops) and 2^(skmax + c - 266) lies in
-[2^-149, 2^127] (outside, the logit is 0 or inf; that happens only where |logit| itself leaves fp32's range by
-about the size of the head sum).
+Scaling range of the fold (the fallback's: 2^(sq + sk - 254) exact in fp32 for -149 <= sq + sk - 254 <= 127): exact
+while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 (a head whose largest q block scale lies more than ~2^126
+below the program's largest rounds or drops) and 2^(skmax + c - 266) lies in [2^-149, 2^127] (outside, the logit is
+0 or inf; that happens only where |logit| itself leaves fp32's range by about the size of the head sum).
 
 Declared precision (DESIGN §4's n and u): declared_precision().
 """

@@ -1,4 +1,5 @@
-"""Decode work split for the persistent paged scorer: device-side torch ops only (no host sync, graph-capturable).
+"""get_paged_mqa_logits_metadata's decode work split (DeepGEMM's call form; no hw kernel reads it): device-side
+torch ops only (no host sync, graph-capturable).
 
 Work items are (b, c): sequence b (a row of block_table; *not* an output row b*N + n), page c of that sequence.
 Sequence b has cdiv(L_b, block_kv) items, L_b = max(0, context_lens[b]) for 1-D context_lens and

@@ -10,7 +10,7 @@ the page (int32), P: page size, D: head dim. MXFP4 value byte j of a token holds
 Two forms, one set of formulas:
   per token   *_token_offset / mxfp4_scale_offset(t, 0), *_scale_base, *_block_stride: elementwise over t of any
               shape; the paged scorer passes t [BN] and walks a token's blocks with the stride
-              (hw/_logits_details/scoring.py).
+              (hw/_logits_details/paged_keys_m.py).
   per byte    *_offsets(t [R], byte index [C]) -> [R, C]: the writer and the gather; built on the per-token form.
 Bases and strides are compile-time constants; a jit function returns them as int32 scalars (Triton cannot return
 a constexpr), which the compiler folds exactly as it folds the constexpr expression.

@@ -113,9 +113,9 @@ def _deepgemm_meta(contexts, num_sms: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("which", ["B=2 for B=1", "B=1 for B=2", "other contexts", "DeepGEMM's"])
-def test_decode_foreign_schedule_is_flagged_and_harmless(which, device):
-    """A schedule_meta of the right shape but another meaning never reads out of bounds nor changes the logits
-    (the persistent kernels derive their split from context_lens); the kernels that read it flag it."""
+def test_decode_foreign_schedule_is_harmless(which, device):
+    """A schedule_meta of the right shape but another meaning never reads out of bounds nor changes the logits: no
+    decode kernel reads it (their grid comes from the shapes), so nothing is flagged."""
     contexts = (70, 33) if which != "B=2 for B=1" else (70,)
     kv, q_t, q64, w = _decode_setup("mxfp4", contexts, device)
     ctx = torch.tensor(contexts, dtype=torch.int32)
@@ -130,11 +130,7 @@ def test_decode_foreign_schedule_is_flagged_and_harmless(which, device):
         ref, bound = _reference(kv, q64, w, contexts, kv.block_table, 80, "mxfp4", device, variant)
         visible = sim_scorer.visible_mask(np.array(contexts), 80)
         sim_scorer.assert_logits_within_bound(out, ref, bound, visible=visible)     # every sequence scored
-        count, kind, row, _ = _flag(flag)
-        if "keys_m" in variant:
-            assert count == 0, variant                                            # grid from shapes: unused
-        else:
-            assert kind == ErrorKind.SCHEDULE, variant
+        assert _flag(flag)[0] == 0, variant
 
 
 def test_decode_mxfp4_query_on_an_fp8_cache_is_the_callers_contract(device):

@@ -92,11 +92,11 @@ LAUNCHERS = (
     # any machine), whose default variant launches the kernels of its own module: MXFP4 prefill's fold the key fold
     # and its two passes
     Launcher("fp8_fp4_mqa_logits", hw.fp8_fp4_mqa_logits, _prefill_args,
-             (("hw.logits", "prefill_logits_kernel"), ("hw._logits_details.prefill_keys_m", "fold_keys_kernel"),
+             (("hw.logits", "prefill_keys_m_kernel"), ("hw._logits_details.prefill_keys_m", "fold_keys_kernel"),
               ("hw._logits_details.prefill_keys_m", "prefill_keys_m_kernel"),
               ("hw._logits_details.prefill_keys_m", "clean_outside_kernel")), launches=3),
     Launcher("fp8_fp4_paged_mqa_logits", hw.fp8_fp4_paged_mqa_logits, _paged_args,
-             (("hw.logits", "paged_logits_kernel"), ("hw.logits", "prefill_logits_kernel"),
+             (("hw.logits", "paged_keys_m_kernel"), ("hw.logits", "prefill_keys_m_kernel"),
               ("hw._logits_details.paged_keys_m", "paged_keys_m_kernel"))),
 )
 VALIDATING = [launcher for launcher in LAUNCHERS if launcher.name in

@@ -135,18 +135,10 @@ def test_paged_matches_reference(case: DecodeCase, variant, device):
     check_paged_case(case, variant, device)
 
 
-@pytest.mark.parametrize("case,variant,pages_per_step", [
-    (CASES[0], "mxfp4_unpack", 1), (CASES[4], "mxfp4_dot_scaled", 1), (CASES[6], "fp8", 1),
-    (CASES[1], "mxfp4_unpack", 2), (DecodeCase("fp8", 64, 16, 2, 1, (70, 33, 49), 80, 5, num_sms=4), "fp8", 4),
-], ids=str)
-def test_paged_pages_per_step(case: DecodeCase, variant, pages_per_step, device):
-    """One page per step, and steps of several pages cut short by run ends (num_sms programs split sequences)."""
-    check_paged_case(case, variant, device, launch_settings={"pages_per_step": pages_per_step})
-
-
-@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_unpack"), (CASES[6], "fp8")], ids=str)
-def test_paged_padded_to_64_mma_rows(case: DecodeCase, variant, device):
-    """64 MMA rows (the wgmma shape on Hopper) from padded heads: padded head rows never leak into the logits."""
+@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_keys_m"), (CASES[4], "mxfp4_keys_m_dot_scaled"),
+                                          (CASES[6], "fp8_keys_m")], ids=str)
+def test_paged_padded_to_64_query_columns(case: DecodeCase, variant, device):
+    """64 query columns of the MMA from padded heads: padded head columns never leak into the logits."""
     n_pad = 1 << (case.next_n - 1).bit_length()
     check_paged_case(case, variant, device, launch_settings={"h_pad": 64 // n_pad})
 

@@ -68,15 +68,16 @@ def test_prefill_matches_reference(case: PrefillCase, variant, device):
     check_prefill_case(case, variant, device)
 
 
-@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_unpack"), (CASES[1], "mxfp4_dot_scaled"),
-                                          (CASES[7], "mxfp4_unpack"), (CASES[8], "fp8")],
+@pytest.mark.parametrize("case,variant", [(CASES[0], "mxfp4_keys_m"), (CASES[1], "mxfp4_keys_m_dot_scaled"),
+                                          (CASES[7], "mxfp4_keys_m"), (CASES[8], "fp8_keys_m")],
                          ids=lambda x: str(x) if isinstance(x, PrefillCase) else x)
 def test_prefill_small_tiles(case: PrefillCase, variant, device):
-    """Programs of 32 keys in 16-key steps and at most 32 MMA rows: several key spans per row block, several row
-    blocks, ranges starting and ending mid-span."""
+    """Tiles of 32 keys and one or two query tokens a program: several key tiles per program, several programs,
+    ranges starting and ending mid-tile."""
     h_pad = 1 << (case.heads - 1).bit_length()
+    block_q = 2 if h_pad <= 8 else 1
     check_prefill_case(case, variant, device, launch_settings={
-        "keys_per_program": 32, "block_n": 16, "block_s": max(1, 32 // h_pad), "num_warps": 4})
+        "block_q": block_q, "block_k": 32, "h_pad": max(h_pad, 16 // block_q), "num_warps": 4})
 
 
 def check_prefill_case(case: PrefillCase, variant, device, launch_settings=None):
@@ -187,7 +188,7 @@ def test_prefill_good_args_are_accepted(device):
     assert torch.equal(out.cpu(), torch.zeros(2, 5))
 
 
-@pytest.mark.parametrize("variant", ["fast", "fp8"])
+@pytest.mark.parametrize("variant", ["fast", "fp8_keys_m"])
 def test_unknown_variant(device, variant):
     """A variant that is not one of the op's for q's format is a ValueError listing the choices, on any device."""
     names = [v.name for v in variants(Op.PREFILL, "mxfp4")]
@@ -284,9 +285,8 @@ def test_without_validate_the_kernel_clamps(bad: BadRange, device, monkeypatch):
 # ============================================================================================ declared roundings
 @pytest.mark.parametrize("variant", case_variants(Op.PREFILL, "mxfp4"))
 def test_adversarial_key_within_the_declared_roundings(variant, device):
-    """Why dot_scaled declares n = D: the unpack variants keep the adversarial key within the n = D/32 bound (exact
-    block sums); dot_scaled (the interpreter; Hopper's bf16 decomposition) sums D products in fp32 and needs
-    n = D. Where the kernels are interpreted the n = D/32 violation itself is asserted (measured: the result is
+    """Every MXFP4 variant within its declared (n, u). Why dot_scaled declares n = D: the interpreter sums the D
+    products in fp32, and where the kernels are interpreted the n = D/32 violation itself is asserted (the result is
     exactly 1.0); compiled backends only have to meet the declared bound."""
     q_codes, q_scales, k_codes, k_scales = adversarial_key()
     q = (torch.from_numpy(q_codes[0]).to(device), torch.from_numpy(q_scales[0]).to(device))
@@ -305,18 +305,18 @@ def test_adversarial_key_within_the_declared_roundings(variant, device):
                                                      "the Triton interpreter (a machine without a CUDA device)")
 @pytest.mark.parametrize("op", [Op.PREFILL, Op.DECODE])
 def test_declared_precision_on_the_cpu(op):
-    """FP8: n = D with fp32 accumulation; MXFP4: n = D/32 on the exact block-sum variants, n = D on dot_scaled
-    and on the default, the keys-on-M fold (its folded products span up to 22 binades)."""
+    """FP8: n = D with fp32 accumulation; MXFP4: n = D on the default, the keys-on-M fold (its folded products span
+    up to 22 binades), and on dot_scaled where the interpreter runs it (it sums D products in fp32)."""
     assert declared_precision(op, "fp8", 64, "cpu") == (64, 2.0 ** -24)
-    assert declared_precision(op, "mxfp4", 64, "cpu", "mxfp4_unpack") == (2, 2.0 ** -24)
-    assert declared_precision(op, "mxfp4", 32, "cpu", "mxfp4_unpack") == (1, 2.0 ** -24)
     assert declared_precision(op, "mxfp4", 128, "cpu") == (128, 2.0 ** -24)
+    if "mxfp4_keys_m_dot_scaled" in [v.name for v in variants(op, "mxfp4", Target.INTERPRETER)]:
+        assert declared_precision(op, "mxfp4", 64, "cpu", "mxfp4_keys_m_dot_scaled") == (64, 2.0 ** -24)
 
 
 @pytest.mark.parametrize("args,message", [((Op.TOPK, "mxfp4", 64, "cpu"), "op must be one of"),
                                           ((Op.DECODE, "bf16", 64, "cpu"), "kv_dtype must be one of"),
                                           ((Op.DECODE, "mxfp4", 48, "cpu"), "head_dim must be a multiple of 32"),
-                                          ((Op.DECODE, "mxfp4", 64, "cpu", "fp8"), "variant must be one of")])
+                                          ((Op.DECODE, "mxfp4", 64, "cpu", "fp8_keys_m"), "variant must be one of")])
 def test_declared_precision_rejects_bad_arguments(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         declared_precision(*args)

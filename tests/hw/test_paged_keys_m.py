@@ -127,7 +127,7 @@ def launch(path: str | None, q_v, q_s, kv_cache, weights, ctx, block_table, out,
                                settings=settings, **shapes)
         return
     call = DecodeCall(q_v=q_v, q_s=q_s, kv_cache=kv_cache, weights=weights, context_lens=ctx,
-                      block_table=block_table, schedule=None, out=out, page_size=shapes["page_size"],
+                      block_table=block_table, out=out, page_size=shapes["page_size"],
                       page_stride=shapes["page_stride"], tiled=shapes["tiled"], next_n=shapes["next_n"],
                       num_heads=shapes["num_heads"], head_dim=shapes["head_dim"], cap=shapes["cap"],
                       num_cache_pages=shapes["num_cache_pages"])

@@ -1,6 +1,7 @@
-"""hw.get_paged_mqa_logits_metadata: the persistent decode schedule.
+"""hw.get_paged_mqa_logits_metadata: the persistent decode schedule of DeepGEMM's call form (no hw kernel reads it).
 
-The schedule is checked by replaying the paged kernel's walk (hw/_logits_details/paged.py) in Python: every
+The schedule is checked by replaying in Python the walk a persistent kernel makes over it (program p from entry p
+up to entry p + 1, a sequence's pages in order; the walk of the heads-on-M kernel, in git history): every
 (sequence, page) work item must be visited exactly once, runs must be balanced, and the walk must never look at a
 sequence b >= B (the production bug: all-zero contexts at batch sizes that are multiples of 32).
 """
@@ -24,7 +25,8 @@ def expected_items(context_lens: np.ndarray, block_kv: int) -> list[tuple[int, i
 
 
 def walk(schedule: np.ndarray, context_lens: np.ndarray, block_kv: int) -> list[list[tuple[int, int]]]:
-    """The items each program visits, walking as the kernel does; asserts it only reads sequences b < B."""
+    """The items each program visits, walking as a persistent kernel does; asserts it only reads sequences
+    b < B."""
     batch = context_lens.shape[0]
     lengths = context_lens if context_lens.ndim == 1 else context_lens.max(axis=1, initial=0)
     runs = []

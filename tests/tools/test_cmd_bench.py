@@ -53,10 +53,10 @@ def test_prefill_inputs_run_and_count_flops(kv_dtype, causal, device):
 def test_inputs_pass_the_variant_and_settings(device):
     """The bench's calls run the variant they are given, with the settings overrides (a bad field is refused)."""
     call, _ = decode_inputs("mxfp4", device.type, batch=1, next_n=1, heads=2, head_dim=64, context=20, page_size=16,
-                            layout=None, num_programs=2, variant="mxfp4_unpack", launch_settings={"pages_per_step": 1})
+                            layout=None, variant="mxfp4_keys_m", launch_settings={"tiles": 1})
     assert call().shape == (1, 20)
     call, _ = prefill_inputs("fp8", device.type, queries=3, keys=3, heads=2, head_dim=32, causal=True,
-                             variant="fp8", launch_settings={"no_such_field": 1})
+                             variant="fp8_keys_m", launch_settings={"no_such_field": 1})
     with pytest.raises(TypeError, match="no_such_field"):
         call()
 

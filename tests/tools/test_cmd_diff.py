@@ -152,7 +152,7 @@ def test_a_raising_kernel_fails_its_case_with_the_exception(device, monkeypatch,
 @pytest.mark.parametrize("op, name", [("prefill", "prefill-mxfp4-H3-D64"), ("decode", "decode-mxfp4-D64-P16-H3")])
 def test_scorer_cases_check_every_variant_with_its_declared_precision(device, monkeypatch, op, name):
     """Each scorer case runs every variant of its op that runs here, each against the bound of the (n, u) hw
-    declares for that variant (D/32 on the unpack variants, D on dot_scaled), not one n for all."""
+    declares for that variant (asked once per variant, in registry order; n = D on every MXFP4 variant)."""
     asked = []
     real = hw.logits.declared_precision
 
@@ -170,4 +170,4 @@ def test_scorer_cases_check_every_variant_with_its_declared_precision(device, mo
     listed = results[name]["detail"].split("variants ", 1)[1].split(", ")
     assert [entry.split(" (u = ")[0] for entry in listed] == names     # each named, a non-fp32 u noted
     for *_, variant, (n, u) in asked:
-        assert n == (2 if "unpack" in variant else 64)
+        assert n == 64, variant

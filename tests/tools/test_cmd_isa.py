@@ -38,7 +38,7 @@ def test_table_for_sm90():
 
 def test_failed_claim_exits_1(monkeypatch):
     failing = isa_report.KernelIsa(
-        label="paged_logits/mxfp4/D128", kernel="k", target="gfx950", num_warps=4,
+        label="paged_keys_m/mxfp4/D128", kernel="k", target="gfx950", num_warps=4,
         matrix_ops=(("v_mfma_f32_32x32x16_bf16", 4),), registers=(("vgpr_total", 90), ("vgpr", 90), ("agpr", 0),
                                                                    ("sgpr", 40)),
         spills=3, scratch_bytes=64, shared_bytes=0, occupancy=5, occupancy_max=8, limited_by="vgpr",

@@ -18,11 +18,11 @@ def test_tune_without_gpu_exits_2(monkeypatch, tmp_path):
 
 
 def test_best_takes_the_fastest_measured_row_per_variant():
-    rows = [{"kernel": "decode", "format": "fp8", "variant": "fp8", "time_us": 30.0, "w": 4},
-            {"kernel": "decode", "format": "fp8", "variant": "fp8", "time_us": 20.0, "w": 8},
-            {"kernel": "decode", "format": "fp8", "variant": "fp8", "error": "RuntimeError: x", "w": 2},
+    rows = [{"kernel": "decode", "format": "fp8", "variant": "fp8_keys_m", "time_us": 30.0, "w": 4},
+            {"kernel": "decode", "format": "fp8", "variant": "fp8_keys_m", "time_us": 20.0, "w": 8},
+            {"kernel": "decode", "format": "fp8", "variant": "fp8_keys_m", "error": "RuntimeError: x", "w": 2},
             {"kernel": "decode", "format": "mxfp4", "variant": "mxfp4_keys_m", "time_us": 50.0, "w": 4},
-            {"kernel": "prefill", "format": "fp8", "variant": "fp8", "time_us": 1.0, "w": 4}]
+            {"kernel": "prefill", "format": "fp8", "variant": "fp8_keys_m", "time_us": 1.0, "w": 4}]
     best = _best(rows, "decode")
     assert sorted((r["format"], r["w"]) for r in best) == [("fp8", 8), ("mxfp4", 4)]
 
@@ -46,7 +46,6 @@ def test_default_sweeps_name_only_fields_of_each_variants_settings(op):
     from hw.variants import variants
     from tools.tune import (
         DECODE_SHAPE,
-        DECODE_TOKENS_PER_STEP,
         DECODE_WARPS,
         PREFILL_SHAPE,
         _decode_grid,
@@ -59,7 +58,7 @@ def test_default_sweeps_name_only_fields_of_each_variants_settings(op):
     else:
         call = SimpleNamespace(num_heads=DECODE_SHAPE["heads"], next_n=DECODE_SHAPE["next_n"],
                                page_size=DECODE_SHAPE["page_size"], head_dim=DECODE_SHAPE["head_dim"])
-        sweep = lambda s: _decode_grid(s, DECODE_WARPS, DECODE_TOKENS_PER_STEP)   # noqa: E731
+        sweep = lambda s: _decode_grid(s, DECODE_WARPS)   # noqa: E731
     checked = 0
     for v in variants(Op.PREFILL if op == "prefill" else Op.DECODE):
         for target in sorted(v.targets, key=lambda t: t.value):
