@@ -120,11 +120,14 @@ PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
                 "dot_scaled": dot_scaled_targets() - {Target.NVIDIA}}
 DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
 MIN_TILE_KEYS = 64                   # keys on M per tile: one Hopper wgmma M (several pages when P < 64)
+#: the interpreter's key tile: its time goes per operation, not per element, so it takes 8x fewer, 8x larger
+#: tiles (several pages a tile: the path of GPU launches with P < 64; docs/perf/cpu-interpreter-tiles.md)
+INTERPRETER_TILE_KEYS = 512
 MIN_MMA_N = 16                       # tl.dot needs N >= 16 query columns
 AMD_MFMA_BLOCK = 32                  # gfx950: one wave's MFMA output block is AMD_MFMA_BLOCK x AMD_MFMA_BLOCK
 #: keys per program and pipeline depth per target (and format). NVIDIA: the fastest of `python -m tools.tune
 #: --variant ...` on the H200 (docs/perf/h200-keys-m-tune.json): 8 tiles of 64 keys, 2 stages for FP8, 3 for MXFP4
-TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: 256}
+TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: INTERPRETER_TILE_KEYS}
 #: where given, the keys per program follow the grid instead: the most of GRID_TOKENS_PER_PROGRAM whose grid (batch
 #: x programs per sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short
 #: programs that spread over every SM, large ones long programs with less per-program overhead. Each value sits at
@@ -765,15 +768,15 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     function of shapes only), and so does fp8_halves (FP8_HALVES_COLUMNS). Tuning overrides: tokens_per_program
     (default TOKENS_PER_PROGRAM[target]: tiles = that // KEYS, at least 1; set, it wins over grid), num_stages
     (NUM_STAGES),
-    num_warps (4 on NVIDIA; elsewhere 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most 64 x 64, i.e.
-    32 registers a thread, else 8, under which gfx950's FP8 kernel at 64 x 128 spills no SGPRs; on AMD 2 at
+    num_warps (4 on NVIDIA and the interpreter; on AMD 4 while the fp32 score tile [KEYS, n_pad * h_pad] is at most
+    64 x 64, i.e. 32 registers a thread, else 8, under which gfx950's FP8 kernel at 64 x 128 spills no SGPRs; 2 at
     64 x 32 and below: a wave's MFMA block is 32 x 32, so two waves cover the tile and more would repeat their
     MFMAs (docs/perf/isa-gfx950-structures.md). On the H200, 4 warps at 64 x 128 take more registers but are
     faster than 8 for both formats, docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
     path = _check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
-    tile_pages = max(1, MIN_TILE_KEYS // page_size)
+    tile_pages = max(1, (INTERPRETER_TILE_KEYS if target is Target.INTERPRETER else MIN_TILE_KEYS) // page_size)
     keys = tile_pages * page_size
     per_program = TOKENS_PER_PROGRAM[target] if tokens_per_program is None else tokens_per_program
     tiles = min(MAX_TILES.value, max(1, per_program // keys))
@@ -798,9 +801,9 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
 
 def _default_warps(target: Target, tile: int) -> int:
     """keys_m_settings' default num_warps for a score tile of `tile` fp32 elements (KEYS x query columns)."""
-    if target is Target.NVIDIA:
+    if target is not Target.AMD:    # the interpreter runs a program's warps as one
         return 4
-    if target is Target.AMD and tile <= MIN_TILE_KEYS * AMD_MFMA_BLOCK:
+    if tile <= MIN_TILE_KEYS * AMD_MFMA_BLOCK:
         return 2
     return 4 if tile <= MIN_TILE_KEYS * 64 else 8
 

@@ -67,7 +67,6 @@ from .common import (
     MMA_MIN_ROWS,
     NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
     UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
-    dot_scaled_targets,
 )
 from .paged_keys_m import (
     E8M0_NAN,
@@ -81,7 +80,9 @@ from .paged_keys_m import (
     MX_DOT_SCALED,
     MX_FOLD_PTX,
     MX_FOLD_TL,
+    PATH_TARGETS,
     _bytes_to_words,
+    _check_path,
     _d8_broadcast,
     _dot,
     _exp2_int,
@@ -103,19 +104,12 @@ FP8_PROMOTE_K = 0
 #: D = 256; TILES_WIDE below it): 64 keys x 4 tokens x 32 heads, 4 warps, 3 stages, one m64n128k32 wgmma chain per
 #: warpgroup; AMD: the same tiles; the interpreter pays per Triton operation, not per element: large tiles, no
 #: pipelining
-TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (256, 128, 4, 1)}
+TILES = {Target.NVIDIA: (128, 64, 4, 3), Target.AMD: (128, 64, 4, 2), Target.INTERPRETER: (512, 256, 4, 1)}
 #: per (target, format) up to D = 128, where they differ: 256 columns (one m64n256k32 wgmma chain), faster on the
 #: H200 than 128 for both formats, FP8 at 3 stages and MXFP4 (keys folded ahead) at 4
 #: (docs/perf/h200-prefill-ablation.md); at D = 256 that tile spills
 TILES_WIDE = {(Target.NVIDIA, "fp8"): (256, 64, 4, 3), (Target.NVIDIA, "mxfp4"): (256, 64, 4, 4)}
 TILES_WIDE_MAX_D = 128
-PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
-#: where each MXFP4 path runs: the fold (FP8 MMA) on NVIDIA, which has no FP4 MMA, and the interpreter;
-#: tl.dot_scaled on AMD (gfx950's scaled MFMA) and in the interpreter where it has tl.dot_scaled (not NVIDIA: the
-#: fold is its path, as in paged_keys_m.PATH_TARGETS)
-PATH_TARGETS = {"fold": frozenset({Target.NVIDIA, Target.INTERPRETER}),
-                "dot_scaled": dot_scaled_targets() - {Target.NVIDIA}}
-DEFAULT_PATH = {Target.NVIDIA: "fold", Target.INTERPRETER: "fold", Target.AMD: "dot_scaled"}
 
 
 def declared_precision(head_dim: int, target: Target) -> tuple[int, float]:
@@ -473,20 +467,6 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
                  else MX_FOLD_TL).value,
         promote_k=FP8_PROMOTE_K if target is Target.NVIDIA else 0,
         clean_apart=target is Target.NVIDIA and path == "fold")
-
-
-def _check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
-    """The MXFP4 path of a launch (None for FP8); ValueError as keys_m_prefill_settings."""
-    if kv_dtype == "fp8":
-        if path is not None:
-            raise ValueError(f"path applies to MXFP4 only, got path={path!r} for FP8")
-        return None
-    path = DEFAULT_PATH[target] if path is None else path
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if target not in PATH_TARGETS[path]:
-        raise ValueError(f"the MXFP4 {path!r} path does not run on {target.value}")
-    return path
 
 
 def _launcher(kv_dtype: str):

@@ -554,7 +554,9 @@ def test_settings_depend_on_shapes_only():
     """Tiles, and so the grid (B, programs per sequence), come from H, N, P and cap, never from context values."""
     s = km.keys_m_settings(Target.NVIDIA, "mxfp4", 32, 1, 64)
     assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (1, 32, 1, 8, 4, km.MX_FOLD_PTX)
-    s = km.keys_m_settings(Target.INTERPRETER, "fp8", 3, 2, 16)
+    s = km.keys_m_settings(Target.INTERPRETER, "fp8", 3, 2, 16)     # the interpreter's tiles of 512 keys
+    assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 32, 1)
+    s = km.keys_m_settings(Target.AMD, "fp8", 3, 2, 16)
     assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 4, 4)
     s = km.keys_m_settings(Target.AMD, "mxfp4", 128, 1, 256, tokens_per_program=64)
     assert (s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (128, 1, 1, 8, km.MX_DOT_SCALED)
