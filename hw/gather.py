@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._gather_details import BLOCK_B, BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS
+from ._gather_details import BLOCK_B, BLOCK_T, GATHER_INTERPRETER_BLOCK_T, GATHER_WARPS
 from ._gather_details.kernels import gather_fp8_kernel, gather_mxfp4_kernel
 from .checks import (
     FP8_DTYPE,
@@ -130,10 +130,10 @@ def cp_gather_indexer_k_quant_cache(kv_cache: torch.Tensor, block_table: torch.T
         extra = {"TILED": view.layout == "mxfp4_tiled"}
     if num_tokens or error_flag is not None:     # (with a flag, one program checks cu_seq_lens even for no rows)
         # the CPU interpreter pays per operation, not per row: many more rows per program there
-        block_t = INTERPRETER_BLOCK_T if kernels_interpreted(kernel) else BLOCK_T
+        block_t = GATHER_INTERPRETER_BLOCK_T if kernels_interpreted(kernel) else BLOCK_T
         kernel[(max(1, triton.cdiv(num_tokens, block_t)),)](
             kv_cache, block_table, cu_seq_lens, *out, cu_seq_lens if error_flag is None else error_flag, num_tokens,
             batch, block_table.shape[1], view.num_pages, view.page_stride, *block_table.stride(), D=head_dim,
             D_PAD=triton.next_power_of_2(head_dim), P=view.page_size, BLOCK_T=block_t, BLOCK_B=BLOCK_B,
-            HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS, **extra)
+            HAS_FLAG=error_flag is not None, num_warps=GATHER_WARPS, **extra)
     return (values.view(FP8_DTYPE), scales) if kv_dtype == "fp8" else (values, scales)

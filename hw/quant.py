@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._quant_details import BLOCK_T, INTERPRETER_BLOCK_T, NUM_WARPS, codecs
+from ._quant_details import BLOCK_T, QUANT_INTERPRETER_BLOCK_T, QUANT_WARPS, codecs
 from ._quant_details.kernels import (
     k_quant_cache_fp8_kernel,
     k_quant_cache_mxfp4_kernel,
@@ -47,7 +47,7 @@ COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' 
 
 def _rows_per_program() -> int:
     """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation)."""
-    return INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
+    return QUANT_INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
 
 
 def _hw_e4m3(device: torch.device, kernel) -> bool:
@@ -144,11 +144,11 @@ def indexer_k_quant_and_cache(k: torch.Tensor, kv_cache: torch.Tensor, slot_mapp
     if view.kv_dtype == "fp8":
         k_quant_cache_fp8_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size, BLOCK_T=block_t,
                                        HAS_FLAG=error_flag is not None,
-                                       HW_E4M3=_hw_e4m3(device, k_quant_cache_fp8_kernel), num_warps=NUM_WARPS)
+                                       HW_E4M3=_hw_e4m3(device, k_quant_cache_fp8_kernel), num_warps=QUANT_WARPS)
     else:
         k_quant_cache_mxfp4_kernel[grid](*common, D=head_dim, D_PAD=d_pad, P=view.page_size,
                                          TILED=view.layout == "mxfp4_tiled", RULE=rule, BLOCK_T=block_t,
-                                         HAS_FLAG=error_flag is not None, num_warps=NUM_WARPS)
+                                         HAS_FLAG=error_flag is not None, num_warps=QUANT_WARPS)
 
 
 def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,7 +169,7 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) ->
         q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, codes, scales, rows.shape[0], *rows.stride(),
             D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=block_t,
-            num_warps=NUM_WARPS)
+            num_warps=QUANT_WARPS)
     return codes, scales
 
 
@@ -200,5 +200,5 @@ def quantize_q_fp8(q: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor
         q_quant_fp8_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, w_rows, values, folded, rows.shape[0], *rows.stride(), w_rows.stride(0),
             D=head_dim, D_PAD=triton.next_power_of_2(head_dim), BLOCK_T=block_t,
-            HW_E4M3=_hw_e4m3(q.device, q_quant_fp8_kernel), num_warps=NUM_WARPS)
+            HW_E4M3=_hw_e4m3(q.device, q_quant_fp8_kernel), num_warps=QUANT_WARPS)
     return values.view(FP8_DTYPE), folded

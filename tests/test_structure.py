@@ -20,6 +20,9 @@ Rules:
      functions and classes, assigns constants and calls main() under `if __name__ == "__main__":`.
   7. No test imports the CLI's tools.difftest but the tests of `mxidx diff` itself (DIFF_CLI_TESTS): the other
      tests take their fixtures from sim.testing and hw.testing.
+  8. One name, one meaning in hw's kernel packages: no module-level name is bound to different expressions in two
+     modules of hw/_*_details (a constant shared is imported from one home), except the names every such module
+     defines for itself by protocol (PER_MODULE_NAMES: its ISA specs and shapes, its Variant records).
 """
 from __future__ import annotations
 
@@ -200,6 +203,38 @@ def test_only_the_diff_cli_tests_import_difftest():
         "\n".join(offenders)
 
 
+PER_MODULE_NAMES = ("ISA_SPECS", "ISA_SHAPES")    # and names ending in VARIANT: each module's own records
+
+
+def _bindings(source: str) -> dict[str, str]:
+    """Module-level `NAME = expr` / `NAME: T = expr` of `source` -> the expression's source text."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    found[target.id] = ast.unparse(node.value)
+    return found
+
+
+def _names_with_two_meanings(sources: dict[str, str]) -> dict[str, list[str]]:
+    """name -> ["module: expr", ...] for the names bound to different expressions in `sources` (rule 8)."""
+    seen: dict[str, dict[str, str]] = {}
+    for module, source in sources.items():
+        for name, expr in _bindings(source).items():
+            if name not in PER_MODULE_NAMES and not name.endswith("VARIANT"):
+                seen.setdefault(name, {})[module] = expr
+    return {name: [f"{m}: {e}" for m, e in where.items()] for name, where in seen.items()
+            if len(set(where.values())) > 1}
+
+
+def test_kernel_packages_give_each_name_one_meaning():
+    details = {m: SOURCES[m].read_text() for m in SOURCES if m.startswith("hw._") and "_details" in m}
+    clashes = _names_with_two_meanings(details)
+    assert not clashes, "a name bound to different values in hw's kernel packages (rename one, or import it):\n" + \
+        "\n".join(f"{name}: {where}" for name, where in sorted(clashes.items()))
+
+
 def test_the_checks_see_imports():
     """The rules are not vacuous: the import graph holds edges these tests rely on."""
     assert "hw.layout" in IMPORTS["integration.pool"]
@@ -216,6 +251,10 @@ def test_the_checks_see_imports():
     assert len(PROBES) >= 10
     assert DIFF_CLI_TESTS <= set(SOURCES) and all(_imports_difftest(IMPORTS[m]) for m in DIFF_CLI_TESTS)
     assert _imports_difftest({"tools.difftest.cases"}) and not _imports_difftest({"tools.difftests", "tools"})
+    assert sum(m.startswith("hw._") and "_details" in m for m in SOURCES) >= 10
+    assert _names_with_two_meanings({"a": "K = 2\nV = 1\nISA_SPECS = ()\nX_VARIANT = f(1)\n",
+                                     "b": "K = 0\nV = 1\nISA_SPECS = (1,)\nX_VARIANT = f(2)\n"}) == {
+        "K": ["a: 2", "b: 0"]}
 
 
 def test_the_checks_see_files(tmp_path):

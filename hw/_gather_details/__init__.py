@@ -11,9 +11,9 @@ from ..isa_spec import CompileSpec
 from .kernels import gather_fp8_kernel, gather_mxfp4_kernel
 
 BLOCK_T = 16    # output rows per program on a GPU
-INTERPRETER_BLOCK_T = 512   # in the CPU interpreter, which pays per Triton operation rather than per row
+GATHER_INTERPRETER_BLOCK_T = 512   # in the CPU interpreter, which pays per Triton operation rather than per row
 BLOCK_B = 64    # sequence ends compared per step of the row -> sequence search
-NUM_WARPS = 4
+GATHER_WARPS = 4
 
 
 def _spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
@@ -26,7 +26,7 @@ def _spec(layout: str, head_dim: int, page_size: int) -> CompileSpec:
         label=f"gather/{layout}/D{head_dim}/P{page_size}", fn=gather_mxfp4_kernel if mx else gather_fp8_kernel,
         types={"cache_ptr": "*u8", "block_table_ptr": "*i32", "cu_ptr": "*i32",
                ("codes_ptr" if mx else "values_ptr"): "*u8", "scales_ptr": "*u8" if mx else "*i32", "flag_ptr": "*i32"},
-        constexprs=constexprs, num_warps=NUM_WARPS,
+        constexprs=constexprs, num_warps=GATHER_WARPS,
         aligned=("cache_ptr", "codes_ptr" if mx else "values_ptr", "scales_ptr", "page_stride"))
 
 

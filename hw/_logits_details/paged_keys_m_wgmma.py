@@ -78,7 +78,7 @@ from .paged_keys_m import (
 )
 
 KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
-NUM_WARPS = 4                       # one warpgroup
+WGMMA_WARPS = 4                       # one warpgroup
 HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each operand, a multiple of 32
 MAX_QUERY_COLUMNS = 128            # N_PAD * H_PAD
 MMA_COLUMNS = gl.constexpr(64)      # query columns of one MMA: 128 are scored in two halves, one after the other
@@ -490,7 +490,7 @@ def maxnreg(query_columns: int) -> int:
 
 def programs_per_sm(maxnreg: int) -> int:
     """Resident programs per sm_90 SM at a register cap (registers bound them; shared memory is a few KB)."""
-    return REGISTERS_PER_SM // (maxnreg * 32 * NUM_WARPS)
+    return REGISTERS_PER_SM // (maxnreg * 32 * WGMMA_WARPS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -583,7 +583,7 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
         N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
         CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None, KL=key_layout(c.head_dim),
         TILED=c.tiled,
-        num_warps=NUM_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
+        num_warps=WGMMA_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
         **pdl_launch(s.pdl, c.out.device),
     )
 
@@ -602,7 +602,7 @@ def isa_spec(head_dim: int, page_size: int, next_n: int = 1, heads: int = 32, *,
         constexprs={"N": next_n, "N_PAD": n_pad, "H": heads, "H_PAD": h_pad, "D": head_dim, "P": page_size,
                     "TILES": tiles, "CTX_2D": ctx_2d, "HAS_FLAG": error_flag, "PDL": True, "KL": key_layout(head_dim),
                     "TILED": tiled},
-        num_warps=NUM_WARPS, maxnreg=maxnreg(n_pad * h_pad), aligned=base.aligned, targets=("sm90",),
+        num_warps=WGMMA_WARPS, maxnreg=maxnreg(n_pad * h_pad), aligned=base.aligned, targets=("sm90",),
         scratch_ok="under MAXNREG (4 programs per SM) triton 3.6 / 3.9 keep up to four words of the fold loop on "
                    "the stack (one reload per group of tiles), and at 64 query columns the exact pass and the query "
                    "state spill outside the loop; at 128 (WIDE_MAXNREG, 3 programs per SM) the fold loop keeps none "

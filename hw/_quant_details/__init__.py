@@ -14,8 +14,8 @@ from .codecs import RULE_RCEIL
 from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel, q_quant_mxfp4_kernel
 
 BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
-INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
-NUM_WARPS = 4
+QUANT_INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
+QUANT_WARPS = 4
 
 # the pointer types of both K-cache writers (hw.isa_spec.kernel_signature)
 _WRITER_TYPES = {"k_ptr": "*bf16", "cache_ptr": "*u8", "slot_ptr": "*i64", "flag_ptr": "*i32"}
@@ -39,7 +39,7 @@ def _writer_spec(layout: str, head_dim: int, page_size: int, hw_e4m3: bool = Fal
         constexprs |= {"HW_E4M3": hw_e4m3}
         where = _fp8_targets(label, hw_e4m3)
     return CompileSpec(**where, fn=k_quant_cache_mxfp4_kernel if mx else k_quant_cache_fp8_kernel,
-                       types=_WRITER_TYPES, constexprs=constexprs, num_warps=NUM_WARPS,
+                       types=_WRITER_TYPES, constexprs=constexprs, num_warps=QUANT_WARPS,
                        aligned=("cache_ptr", "page_stride"))
 
 
@@ -48,11 +48,11 @@ def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False) -> CompileSpec:
     if kv_dtype == "mxfp4":
         return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
                            types={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8"},
-                           constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=NUM_WARPS,
+                           constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=QUANT_WARPS,
                            aligned=("codes_ptr", "scales_ptr"))
     return CompileSpec(**_fp8_targets(f"q_quant/fp8/D{head_dim}", hw_e4m3), fn=q_quant_fp8_kernel,
                        types={"q_ptr": "*bf16", "w_ptr": "*fp32", "values_ptr": "*u8", "w_out_ptr": "*fp32"},
-                       constexprs=d | {"HW_E4M3": hw_e4m3}, num_warps=NUM_WARPS, aligned=("values_ptr", "w_out_ptr"))
+                       constexprs=d | {"HW_E4M3": hw_e4m3}, num_warps=QUANT_WARPS, aligned=("values_ptr", "w_out_ptr"))
 
 
 # Every layout at the serving shape (D = 128, P = 64), the small head dims that exercise other tile widths, and

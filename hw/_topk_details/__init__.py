@@ -18,7 +18,7 @@ MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
 # Columns per chunk of the streaming passes and warps per program: the best compromise of an H200 sweep over
 # BLOCK 1024..8192 x 4/8/16 warps at k = 2048 and several row shapes (docs/perf/h200-first-numbers.md)
 BLOCK = 4096
-NUM_WARPS = 8
+PER_ROW_WARPS = 8
 
 # top_k_rows_kernel under the interpreter, where every Triton op is a few NumPy calls on the whole tile: tiles of
 # up to TILE_ELEMS logits (rows x columns) and ranking comparisons of up to RANK_ELEMS (rows x K_PAD x RANK_CHUNK,
@@ -55,7 +55,7 @@ def _spec(k: int, has_starts: bool) -> CompileSpec:
         fn=top_k_per_row_kernel,
         types={"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32"},
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "BLOCK": BLOCK},
-        num_warps=NUM_WARPS,
+        num_warps=PER_ROW_WARPS,
     )
 
 

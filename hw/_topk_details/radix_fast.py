@@ -76,7 +76,7 @@ from .variants import PER_ROW, TopKCall
 
 FAST_MAX_K = 4096        # the selecting program partitions all K_PAD selected composites in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
-NUM_WARPS = 8            # of the selecting kernels on the on-chip path ...
+ON_CHIP_WARPS = 8            # of the selecting kernels on the on-chip path ...
 LONG_NUM_WARPS = 16      # ... and on the long path (docs/perf/h200-topk-sweep.json)
 ROW_CAP = 1024           # candidates of the on-chip path: narrowing on the row stops at <= ROW_CAP keys
 MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets through a bit more than k_eff) ...
@@ -129,7 +129,7 @@ class FastTiling:
     block: int     # columns per candidate program and per streaming chunk (long path; <= 2^16)
     segment: int = SEGMENT   # composites per ordering program, expected (the sort width is twice that)
     samples: int = SEGMENT_SAMPLES   # splitter samples per segment
-    num_warps: int = NUM_WARPS       # of the selecting kernels
+    num_warps: int = ON_CHIP_WARPS       # of the selecting kernels
     order_warps: int = ORDER_WARPS   # of _order_kernel
     cand_warps: int = CAND_WARPS     # of _candidates_kernel
     pdl: bool = False                # programmatic dependent launch of every kernel (hw._pdl)

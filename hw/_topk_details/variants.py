@@ -12,7 +12,7 @@ import torch
 import triton
 
 from ..targets import Op, Target, Variant
-from . import BLOCK, MAX_K, NUM_WARPS, RowsTiling, _spec, k_pad, rows_tiling
+from . import BLOCK, MAX_K, PER_ROW_WARPS, RowsTiling, _spec, k_pad, rows_tiling
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
 ALL_TARGETS = frozenset(Target)
@@ -69,7 +69,7 @@ def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
 
 PER_ROW = Variant(
     name="per_row", op=Op.TOPK, kv_dtype=None, targets=ALL_TARGETS,
-    settings=lambda target, call: PerRowSettings(BLOCK, NUM_WARPS), launch=_launch_per_row, precision=None,
+    settings=lambda target, call: PerRowSettings(BLOCK, PER_ROW_WARPS), launch=_launch_per_row, precision=None,
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
     isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
     summary="one program per row: radix select, compaction, tl.sort of the selected (sorted=False: then a device "

@@ -249,7 +249,7 @@ def test_count_sort_on_one_tile_launches():
 
 def test_register_cap_from_rows_per_sm():
     """The on-chip selecting kernel shares an SM between two programs from MANY_ROWS_PER_SM rows per SM, only when
-    the SMs are known, never on the long path; the cap leaves two programs of NUM_WARPS warps room."""
+    the SMs are known, never on the long path; the cap leaves two programs of ON_CHIP_WARPS warps room."""
     sms = 132
     many = radix_fast.MANY_ROWS_PER_SM * sms
     assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).maxnreg == radix_fast.SHARED_SM_MAXNREG
@@ -260,7 +260,7 @@ def test_register_cap_from_rows_per_sm():
     assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).tiers == radix_fast.MANY_ROWS_TIERS == 3
     assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).tiers == 1
     assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
-    assert 2 * radix_fast.NUM_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
+    assert 2 * radix_fast.ON_CHIP_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
     call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048, sorted=True)   # a CPU tensor: no SM count to ask for
     assert topk_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
 

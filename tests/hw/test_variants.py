@@ -73,3 +73,11 @@ def test_mxidx_variants_prints_the_table():
     for op, registered in hv.REGISTRY.items():
         for v in registered:
             assert f"{op.value:8s} {v.name:26s}" in here.output
+
+
+def test_every_registered_variant_is_a_default_somewhere():
+    """A variant that is the default nowhere is deleted (its numbers stay in docs/perf, its code in git history)."""
+    named = {(row.op, row.variant) for row in hv.DEFAULTS}
+    nowhere = [f"{op.value}/{v.name}" for op, registered in hv.REGISTRY.items() for v in registered
+               if (op, v.name) not in named]
+    assert not nowhere, f"variants that are the default nowhere: {nowhere}"
