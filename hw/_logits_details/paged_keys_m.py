@@ -131,10 +131,9 @@ TOKENS_PER_PROGRAM = {Target.NVIDIA: 512, Target.AMD: 256, Target.INTERPRETER: I
 #: where given, the keys per program follow the grid instead: the most of GRID_TOKENS_PER_PROGRAM whose grid (batch
 #: x programs per sequence) still has WAVE_PROGRAMS_PER_SM programs per SM, else the fewest. Small grids get short
 #: programs that spread over every SM, large ones long programs with less per-program overhead. Each value sits at
-#: or a little below its kernel's occupancy on sm90 (`mxidx isa`: FP8 8 programs per SM; MXFP4 3 under triton 3.6,
-#: 4 under 3.9 at N x H = 32 query columns). On the H200 (docs/perf/h200-decode-ablation.md: batch 1..256, context
-#: 8K and 32K, 32 / 64 / 128 query columns) they pick the fastest of 4 / 8 / 16 tiles of 64 keys, or one within 8 %
-#: of it, at every shape, also where wider tiles fit fewer programs per SM.
+#: or a little below its kernel's occupancy on sm90 (`mxidx isa`, docs/perf/isa-sm90.md); on the H200 they pick
+#: the fastest tile count or one near it at every shape measured
+#: (docs/perf/h200-decode-ablation.md#tiles-per-program-from-the-grid).
 WAVE_PROGRAMS_PER_SM = {(Target.NVIDIA, "fp8"): 7, (Target.NVIDIA, "mxfp4"): 3}
 GRID_TOKENS_PER_PROGRAM = (256, 512, 1024)
 NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AMD, "fp8"): 2,
@@ -145,9 +144,9 @@ NUM_STAGES = {(Target.NVIDIA, "fp8"): 2, (Target.NVIDIA, "mxfp4"): 3, (Target.AM
 FP8_PROMOTE_K = 0
 #: FP8 tiles of this many query columns, of at least two tokens (N_PAD >= 2), run as two MMAs of half the columns
 #: (whole tokens each) on every key tile, on NVIDIA (but on grids of at most one program per SM) and the
-#: interpreter: on sm_90 (triton 3.6) the one [64, 128] fp32 accumulator took 240 registers (2 programs per SM),
-#: the halves 126 (4); on gfx950 (8 warps) the halves take 254 VGPRs against 153 at the same 2 waves per SIMD, so
-#: AMD keeps one MMA (docs/perf/h200-decode-ablation.md)
+#: interpreter: on sm_90 the one [64, 128] fp32 accumulator fits half the programs per SM that the halves do; on
+#: gfx950 the halves take more VGPRs at the same waves per SIMD, so AMD keeps one MMA
+#: (docs/perf/h200-decode-ablation.md#fp8-at-128-query-columns-two-mmas-of-whole-tokens-2026-12-03)
 FP8_HALVES_COLUMNS = 128
 
 

@@ -86,8 +86,9 @@ CAPABILITY = (9, 0)                 # wgmma
 #: the register cap, 4 programs per SM: with a group of 4 tiles' codes in flight the fold loop fits in it at up to
 #: 64 query columns but for a few stack words (one reload per group); the rare exact pass spills at 64
 MAXNREG = 128
-#: ... and at 128 query columns (two halves), 3 programs per SM: under 128 registers the fold loop would reload 33
-#: stack words a group (triton 3.9), under 168 it reloads none (3.9) or 16 (3.6)
+#: ... and at 128 query columns (two halves), 3 programs per SM: under 128 registers the fold loop would reload
+#: stack words every group, under 168 few or none
+#: (docs/perf/h200-decode-ablation.md#128-query-columns-in-the-gluon-scorer-two-halves-of-64-on-long-grids-2026-12-02)
 WIDE_MAXNREG = 168
 #: ... where the grid holds at least this many 64-key tiles per resident program; shorter grids at 128 columns go to
 #: the `tl` fold, which takes less time there (docs/perf/h200-decode-ablation.md, 128 query columns)
