@@ -78,8 +78,15 @@ DEFAULTS: tuple[Default, ...] = (
             condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
             applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH),
     Default(Op.TOPK, _N, None, "radix_fast", _NVIDIA_FASTEST),
+    Default(Op.TOPK, _A, None, "per_row", "radix_fast's long path holds at most 4096 columns per group",
+            condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
+            applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH),
     Default(Op.TOPK, _A, None, "per_row",
-            "radix_fast's sorted form spills SGPRs on gfx950 at k = 2048 (docs/perf/isa-gfx950.md)"),
+            "radix_fast's sorted form is not cross-checked for gfx950; per_row's is (docs/perf/isa-gfx950.md)",
+            condition="sorted=True", applies=lambda call: call.sorted),
+    Default(Op.TOPK, _A, None, "radix_fast",
+            "the NVIDIA default's column-order kernels: no scratch on gfx950 (docs/perf/isa-gfx950.md); the hook's "
+            "form"),
     Default(Op.TOPK, _I, None, "rows_tile", "tiles sized for NumPy: the CPU tests' time"),
 )
 

@@ -54,9 +54,10 @@ def _isa_specs() -> tuple:
     return tuple(spec for shape in ISA_SHAPES for spec in radix_fast.isa_specs(*shape) + _column_specs(*shape))
 
 
-#: NVIDIA (and the interpreter); not claimed for AMD: at k = 2048 gfx950 spills SGPRs in the sorted form's kernels
+#: every target; on AMD the default of sorted=False only (hw.variants.DEFAULTS): its column-order kernels compile
+#: for gfx950 without scratch (docs/perf/isa-gfx950.md); the sorted form's are cross-compiled for sm_90 only
 VARIANT = Variant(
-    name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset({Target.NVIDIA, Target.INTERPRETER}),
+    name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset(Target),
     settings=_settings, launch=_launch, precision=None, isa_specs=_isa_specs,
     summary="interval narrowing on chip, candidates compacted, the k selected ordered by segments over all SMs "
             "(sorted=False: stored in column order, no ordering)")

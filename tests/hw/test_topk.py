@@ -149,9 +149,12 @@ def test_matches_sim(case: Case, path: str, device):
 
 def test_default_variant_per_target():
     """Interpreter: rows_tile, with rows_tiling (hundreds of rows per program for short rows); NVIDIA: radix_fast;
-    AMD: per_row."""
+    AMD: radix_fast in column order, per_row sorted."""
     assert select(Op.TOPK, Target.INTERPRETER).name == "rows_tile"
-    assert select(Op.TOPK, Target.NVIDIA).name == "radix_fast" and select(Op.TOPK, Target.AMD).name == "per_row"
+    assert select(Op.TOPK, Target.NVIDIA).name == "radix_fast" and select(Op.TOPK, Target.AMD).name == "radix_fast"
+    for sorted_, name in ((True, "per_row"), (False, "radix_fast")):
+        amd_call = SimpleNamespace(logits=SimpleNamespace(shape=(4, 8192)), sorted=sorted_)
+        assert select(Op.TOPK, Target.AMD, call=amd_call).name == name
     call = SimpleNamespace(logits=torch.zeros((300, 256)), k=20)
     # rows min(512, 2^17 / 256, 2^20 / 32^2); rank chunk min(32, 2^20 / (512 * 32))
     assert select(Op.TOPK, Target.INTERPRETER).settings(Target.INTERPRETER, call) == \
