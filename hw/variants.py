@@ -53,6 +53,10 @@ _NVIDIA_FASTEST = "timed fastest on the H200 (docs/perf/h200-bench.md)"
 _AMD_KEYS_M = ("keys on M: scaled MFMA / MFMA kept, no scratch, fewer instructions per key tile at the same or a "
                "higher occupancy than heads on M (docs/perf/isa-gfx950-structures.md)")
 _INTERPRETER_AS_NVIDIA = "the structure and arithmetic NVIDIA runs, so that CPU tests check them"
+#: top-k rows too wide for radix_fast
+_WIDE_ROWS = dict(why="radix_fast's long path holds at most 4096 columns per group",
+                  condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
+                  applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH)
 
 #: What runs without `variant=`, in precedence order (the first row that applies wins). Conditional rows come
 #: before the unconditional one of their (op, target, kv_dtype): a fallback is a row here, with its condition.
@@ -74,13 +78,9 @@ DEFAULTS: tuple[Default, ...] = (
     Default(Op.PREFILL, _A, "mxfp4", "mxfp4_keys_m_dot_scaled", _AMD_KEYS_M),
     Default(Op.PREFILL, _I, "fp8", "fp8_keys_m", _INTERPRETER_AS_NVIDIA),
     Default(Op.PREFILL, _I, "mxfp4", "mxfp4_keys_m", _INTERPRETER_AS_NVIDIA),
-    Default(Op.TOPK, _N, None, "per_row", "radix_fast's long path holds at most 4096 columns per group",
-            condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
-            applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH),
+    Default(Op.TOPK, _N, None, "per_row", **_WIDE_ROWS),
     Default(Op.TOPK, _N, None, "radix_fast", _NVIDIA_FASTEST),
-    Default(Op.TOPK, _A, None, "per_row", "radix_fast's long path holds at most 4096 columns per group",
-            condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
-            applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH),
+    Default(Op.TOPK, _A, None, "per_row", **_WIDE_ROWS),
     Default(Op.TOPK, _A, None, "per_row",
             "radix_fast's sorted form is not cross-checked for gfx950; per_row's is (docs/perf/isa-gfx950.md)",
             condition="sorted=True", applies=lambda call: call.sorted),
