@@ -189,7 +189,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     check_int32_extent("kv[1]", k_s, tuple(range(k_s.dim())), "key scale offsets")
     check_kernel_device("q[0]", device, prefill_keys_m_kernel)
     error_flag = check_error_flag(error_flag, device)
-    chosen = select(Op.PREFILL, scorer_target(device), kv_dtype, variant)
+    named = None if variant is None else select(Op.PREFILL, scorer_target(device), kv_dtype, variant)  # fails early
     if validate:
         _validate_ranges(cu_seq_len_k_start, cu_seq_len_k_end, num_k)
 
@@ -198,8 +198,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
         return out
     call = PrefillCall(q_v, q_v if q_s is None else q_s, k_v, k_s, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                        out, num_heads, head_dim, clean_logits, error_flag)    # FP8: the scale pointer is unused
-    if variant is None:   # the default for this call (hw.variants.DEFAULTS)
-        chosen = select(Op.PREFILL, scorer_target(device), kv_dtype, call=call)
+    chosen = named or select(Op.PREFILL, scorer_target(device), kv_dtype, call=call)   # hw.variants.DEFAULTS
     chosen.run(call, scorer_target(device), launch_settings)
     return out
 
@@ -309,7 +308,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
                          f"{list(schedule_meta.shape)}")
     check_kernel_device("q[0]", device, paged_keys_m_kernel)
     error_flag = check_error_flag(error_flag, device)
-    chosen = select(Op.DECODE, scorer_target(device), kv_dtype, variant)
+    named = None if variant is None else select(Op.DECODE, scorer_target(device), kv_dtype, variant)  # fails early
     if validate:
         _validate_paged(view, context_lens, block_table, schedule_meta, width)
 
@@ -321,7 +320,6 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, out,
                       view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads, head_dim,
                       width, view.num_pages, error_flag)    # FP8: the scale pointer is unused
-    if variant is None:   # the default for this call: a conditional row of hw.variants.DEFAULTS may apply
-        chosen = select(Op.DECODE, scorer_target(device), kv_dtype, call=call)
+    chosen = named or select(Op.DECODE, scorer_target(device), kv_dtype, call=call)   # hw.variants.DEFAULTS
     chosen.run(call, scorer_target(device), launch_settings)
     return out

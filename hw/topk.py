@@ -58,7 +58,7 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     check_kernel_device("logits", device, top_k_per_row_kernel)
 
     target = target_of(device, top_k_per_row_kernel)
-    chosen = select(Op.TOPK, target, name=variant)
+    named = None if variant is None else select(Op.TOPK, target, name=variant)   # a bad name fails early
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=device)
     if rows == 0:
@@ -66,7 +66,6 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     if width == 0:
         return out.fill_(-1)
     call = TopKCall(logits, lengths, starts, out, sorted)
-    if variant is None:   # the default for this call: a conditional row of hw.variants.DEFAULTS may apply
-        chosen = select(Op.TOPK, target, call=call)
+    chosen = named or select(Op.TOPK, target, call=call)   # the default for this call (hw.variants.DEFAULTS)
     chosen.run(call, target, launch_settings)
     return out
