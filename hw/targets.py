@@ -4,6 +4,7 @@ Target    a kind of machine the launchers can run a kernel on; every launch sett
 Op        an operation that has several kernel variants.
 Variant   one way of computing an op: the targets it runs on, where it is the default, how it launches, the
           settings it launches with, what precision it declares and what the cross-compile report checks.
+LaunchSettings  the base of every variant's settings record (one schema: frozen fields, replaced by name).
 """
 from __future__ import annotations
 
@@ -64,6 +65,25 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@dataclass(frozen=True)
+class LaunchSettings:
+    """The base of every variant's launch settings record: a frozen dataclass whose fields are the kernel's launch
+    constants (constexprs and launch options), each a pure function of the target and the call's shapes. Tuning
+    and tests change them by name (`replace`); tools.tune sweeps the fields a record has (`field_names`)."""
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def replace(self, **changes):
+        """A copy with `changes` applied; TypeError naming the record's fields for a name it does not have."""
+        unknown = sorted(set(changes) - set(self.field_names()))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(map(repr, unknown))}; its fields: "
+                            f"{', '.join(self.field_names())}")
+        return dataclasses.replace(self, **changes)
+
+
 class Op(enum.Enum):
     """Operations with kernel variants (one registry list each)."""
 
@@ -80,8 +100,8 @@ class Variant:
     op          the Op it computes.
     kv_dtype   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
     targets     the Targets it runs on.
-    settings    settings(target, call) -> the launch settings (a frozen record of the variant's own type),
-                a pure function of the target and the call's shapes.
+    settings    settings(target, call) -> the launch settings (a LaunchSettings record of the variant's own
+                type), a pure function of the target and the call's shapes.
     launch      launch(call, settings): runs the kernel on the op's checked call record.
     precision   precision(head_dim, target) -> (n, u) of DESIGN §4's bound gamma = (n + H + 2) u; None for
                 exact ops (top-k).
@@ -104,6 +124,6 @@ class Variant:
 
     def run(self, call, target: Target, overrides: dict | None = None) -> None:
         """Launch `call` with the settings for `target`, fields replaced by `overrides` (tuning, tests; a field the
-        settings do not have is a TypeError)."""
+        settings do not have is a TypeError naming its fields)."""
         settings = self.settings(target, call)
-        self.launch(call, dataclasses.replace(settings, **overrides) if overrides else settings)
+        self.launch(call, settings.replace(**overrides) if overrides else settings)

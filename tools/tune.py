@@ -8,7 +8,6 @@ that fails to compile or launch is recorded with its error and the sweep goes on
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import sys
@@ -54,14 +53,10 @@ def _parse_grid(specs: tuple[str, ...]) -> dict:
     return grid
 
 
-def _fields(settings) -> set[str]:
-    return {f.name for f in dataclasses.fields(settings)}
-
-
 def _prefill_grid(settings) -> list[dict]:
     """The settings to try for a prefill variant whose default settings record is `settings`: PREFILL_SWEEP's
     fields that the record has."""
-    return _product({field: values for field, values in PREFILL_SWEEP.items() if field in _fields(settings)})
+    return _product({field: values for field, values in PREFILL_SWEEP.items() if field in settings.field_names()})
 
 
 def _prefill_rows(replays, names, grid, size):
@@ -86,7 +81,7 @@ def _decode_grid(settings, warps_options) -> list[dict]:
     """The settings to try for a decode variant whose default settings record is `settings`, the fields it has of:
     warps, tiles per program and pipeline stages."""
     sweep = {"num_warps": warps_options, "tiles": DECODE_TILES, "num_stages": DECODE_STAGES}
-    return _product({field: values for field, values in sweep.items() if field in _fields(settings)})
+    return _product({field: values for field, values in sweep.items() if field in settings.field_names()})
 
 
 def _decode_rows(replays, *, warps_options, names, grid):

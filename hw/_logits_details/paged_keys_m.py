@@ -82,7 +82,7 @@ from .._quant_details.page_offsets import (
     mxfp4_value_token_offset,
 )
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, sm_count, target_of
+from ..targets import LaunchSettings, Op, Target, Variant, sm_count, target_of
 from .calls import DecodeCall
 from .common import (
     FP32_UNIT_ROUNDOFF,
@@ -743,7 +743,7 @@ def paged_keys_m_kernel(
 
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
-class KeysMSettings:
+class KeysMSettings(LaunchSettings):
     """Constexprs and launch options of paged_keys_m_kernel (a pure function of the target and the shapes)."""
 
     n_pad: int          # next_n padded to a power of two

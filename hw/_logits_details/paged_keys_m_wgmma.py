@@ -52,7 +52,7 @@ from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, nvidia_capability, sm_count
+from ..targets import LaunchSettings, Op, Target, Variant, nvidia_capability, sm_count
 from . import paged_keys_m as km
 from .calls import DecodeCall
 from .paged_keys_m import (
@@ -457,7 +457,7 @@ def paged_keys_m_wgmma_kernel(
 
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
-class WgmmaSettings:
+class WgmmaSettings(LaunchSettings):
     """Constexprs and launch options of paged_keys_m_wgmma_kernel; `fallback`: the `tl` fold kernel's settings
     where this kernel does not cover the call (covers()), else None."""
 

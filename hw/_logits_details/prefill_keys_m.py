@@ -59,7 +59,7 @@ import triton.language as tl
 from .._error_flag import report_ranges
 from .._quant_details.page_offsets import MX_BLOCK
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant
+from ..targets import LaunchSettings, Op, Target, Variant
 from .calls import PrefillCall
 from .common import (
     ALL_TARGETS,
@@ -435,7 +435,7 @@ def prefill_keys_m_kernel(
 
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
-class KeysMPrefillSettings:
+class KeysMPrefillSettings(LaunchSettings):
     """Constexprs and launch options of prefill_keys_m_kernel (a pure function of the target and the shapes)."""
 
     block_q: int        # query tokens per program: block_q * h_pad MMA columns

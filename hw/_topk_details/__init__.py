@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import triton
 
 from ..isa_spec import CompileSpec
+from ..targets import LaunchSettings
 from .kernel import top_k_per_row_kernel
 
 MAX_K = 2048       # the reference models' k; the sort of the selected K_PAD slots lives in registers
@@ -33,7 +34,7 @@ def k_pad(k: int) -> int:
 
 
 @dataclass(frozen=True)
-class RowsTiling:
+class RowsTiling(LaunchSettings):
     """Constexprs of top_k_rows_kernel for one launch (all powers of two)."""
     rows: int         # ROWS: rows per program
     block: int        # BLOCK: columns per chunk

@@ -70,7 +70,7 @@ import triton.language as tl
 
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import Target
+from ..targets import LaunchSettings, Target
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 from .variants import PER_ROW, TopKCall
 
@@ -122,7 +122,7 @@ _META_COUNT = tl.constexpr(2)
 
 
 @dataclass(frozen=True)
-class FastTiling:
+class FastTiling(LaunchSettings):
     """Constexprs of one launch (powers of two)."""
     tile_w: int    # widest row of the on-chip path; at most tile_w group maxima on the long path
     cap: int       # candidate tile (register tile of the final narrowing)

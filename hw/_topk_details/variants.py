@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..targets import Op, Target, Variant
+from ..targets import LaunchSettings, Op, Target, Variant
 from . import BLOCK, MAX_K, PER_ROW_WARPS, RowsTiling, _spec, k_pad, rows_tiling
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
@@ -35,7 +35,7 @@ class TopKCall:
 
 
 @dataclass(frozen=True)
-class PerRowSettings:
+class PerRowSettings(LaunchSettings):
     block: int          # columns per chunk of the streaming passes
     num_warps: int
 

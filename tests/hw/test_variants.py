@@ -82,3 +82,26 @@ def test_every_registered_variant_is_a_default_somewhere():
     nowhere = [f"{op.value}/{v.name}" for op, registered in hv.REGISTRY.items() for v in registered
                if (op, v.name) not in named]
     assert not nowhere, f"variants that are the default nowhere: {nowhere}"
+
+
+def test_every_variants_settings_share_one_schema():
+    """Every registered variant's settings, on every target it runs on, are a LaunchSettings record: its fields
+    replace by name, and a name it lacks is a TypeError that lists the fields it has."""
+    from hw._topk_details.variants import TopKCall
+    from hw.targets import LaunchSettings
+
+    scorer = SimpleNamespace(num_heads=32, next_n=1, page_size=64, head_dim=128)
+    topk = TopKCall(torch.zeros(2, 64), torch.full((2,), 64, dtype=torch.int32), None,
+                    torch.empty(2, 16, dtype=torch.int32))
+    checked = 0
+    for op, registered in hv.REGISTRY.items():
+        for v in registered:
+            for target in sorted(v.targets, key=lambda t: t.value):
+                settings = v.settings(target, topk if op is Op.TOPK else scorer)
+                assert isinstance(settings, LaunchSettings), (v.name, target, type(settings))
+                first = settings.field_names()[0]
+                assert settings.replace(**{first: getattr(settings, first)}) == settings
+                with pytest.raises(TypeError, match=f"no field 'no_such_field'; its fields: {first}, "):
+                    settings.replace(no_such_field=1)
+                checked += 1
+    assert checked >= sum(len(r) for r in hv.REGISTRY.values())
