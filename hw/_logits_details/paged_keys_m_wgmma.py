@@ -34,8 +34,9 @@ them before its store, otherwise each half stores its own tokens.
 Coverage (covers()): sm_90 devices, D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills) in the planar
 layout and D 128 in the tiled one (a thread's C/4 code bytes of a key are one 16-byte block there too, so they
 load as one vector; the scale bytes load one by one), N_PAD * H_PAD <= 128 query columns. The variant launches
-this kernel where it covers the call and, at 128 columns, the grid is long (takes_grid); elsewhere the `tl` fold.
-Gluon has no interpreter: the kernel is checked by cross-compilation on the CPU and by the GPU tests.
+this kernel on every call it covers and raises hw.targets.NotCovered on any other (it hands no call to the `tl`
+fold); hw.variants.DEFAULTS takes it where it covers the call and, at 128 columns, the grid is long (takes), else
+mxfp4_keys_m. Gluon has no interpreter: the kernel is checked by cross-compilation on the CPU and by the GPU tests.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
 from ..isa_spec import CompileSpec
-from ..targets import Op, Target, Variant, nvidia_capability, sm_count
+from ..targets import NotCovered, Op, Target, Variant, nvidia_capability, sm_count
 from . import paged_keys_m as km
 from .calls import DecodeCall
 from .paged_keys_m import (
@@ -458,15 +459,13 @@ def paged_keys_m_wgmma_kernel(
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
 class WgmmaSettings:
-    """Constexprs and launch options of paged_keys_m_wgmma_kernel; `fallback`: the `tl` fold kernel's settings
-    where this kernel does not cover the call (covers()), else None."""
+    """Constexprs and launch options of paged_keys_m_wgmma_kernel."""
 
     n_pad: int
     h_pad: int
     tiles: int          # 64-key tiles per program, even
     pdl: bool
     maxnreg: int | None     # None: ptxas chooses
-    fallback: km.KeysMSettings | None = None
 
 
 def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> bool:
@@ -545,28 +544,33 @@ def takes(call: DecodeCall) -> bool:
             and takes_grid(call.q_v.shape[0], call.cap, n_pad * h_pad, sm_count(out.device)))
 
 
-def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The variant's settings for `call`: gluon_settings where it takes the call, else the `tl` fold kernel's
-    (`fallback`, for a launch that names this variant; the default launch takes the `tl` fold variant itself
-    there). A call of shapes only: gluon_settings'."""
-    if takes(call):
-        return gluon_settings(call)
-    out = call.out
+def check_covers(call: DecodeCall) -> None:
+    """NotCovered (a ValueError) when this kernel does not cover `call` (covers()): what it covers, what the call
+    has, and that the default (variant=None) takes such calls to mxfp4_keys_m. A call of shapes only (no `out`)
+    passes."""
+    out = getattr(call, "out", None)
+    if out is None or covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
+        return
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
-    grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
-    return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
-        Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
+    capability = nvidia_capability(out.device)
+    device = f"{out.device} (" + ("not an NVIDIA GPU" if capability is None else "sm_{}{}".format(*capability)) + ")"
+    raise NotCovered(
+        f"variant 'mxfp4_keys_m_wgmma' covers sm_{CAPABILITY[0]}{CAPABILITY[1]} devices, head dim in {HEAD_DIMS} "
+        f"and at most {MAX_QUERY_COLUMNS} padded query columns (N_PAD * H_PAD); this call has {device}, head dim "
+        f"{call.head_dim} and {n_pad} x {h_pad} = {n_pad * h_pad} query columns (next_n {call.next_n}, "
+        f"{call.num_heads} heads). variant=None (the defaults table, `mxidx variants`) runs mxfp4_keys_m for "
+        f"such calls")
+
+
+def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
+    """The variant's settings for `call`: gluon_settings on every call this kernel covers, whatever takes_grid
+    says (that is the default's choice, hw.variants.DEFAULTS); NotCovered (check_covers) on any other."""
+    check_covers(call)
+    return gluon_settings(call)
 
 
 def launch(c: DecodeCall, s: WgmmaSettings) -> None:
-    """launch_paged_keys_m's contract for MXFP4 (its docstring); the `tl` fold kernel where s.fallback is set."""
-    if s.fallback is not None:
-        km.launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out,
-                               cap=c.cap, page_stride=c.page_stride, num_cache_pages=c.num_cache_pages,
-                               next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim, page_size=c.page_size,
-                               kv_dtype="mxfp4", tiled=c.tiled, target=Target.NVIDIA, path="fold",
-                               settings=s.fallback, error_flag=c.error_flag)
-        return
+    """launch_paged_keys_m's contract for MXFP4 (its docstring), on a call this kernel covers (wgmma_settings)."""
     if s.tiles % 2 or not 0 < s.tiles <= MAX_TILES.value:
         raise ValueError(f"tiles must be even, 2..{MAX_TILES.value}, got {s.tiles}")
     batch = c.q_v.shape[0]
@@ -623,4 +627,5 @@ VARIANT = Variant(
     settings=lambda target, call: wgmma_settings(call), launch=launch,
     precision=lambda head_dim, target: km.declared_precision("mxfp4", head_dim, target, "fold"),
     isa_specs=lambda: tuple(isa_spec(*shape, **options) for *shape, options in ISA_SHAPES),
-    summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (tl fold elsewhere)")
+    summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (sm_90, D 64 / 128, "
+            "up to 128 query columns)")
