@@ -527,17 +527,17 @@ def gluon_settings(call: DecodeCall) -> WgmmaSettings:
 
 
 def takes_grid(batch: int, cap: int, query_columns: int, sms: int) -> bool:
-    """Whether the variant runs a launch this kernel covers here rather than in the `tl` fold: always up to
-    MMA_COLUMNS query columns; at more where the grid holds at least WIDE_MIN_TILES_PER_SLOT 64-key tiles per
-    resident program."""
+    """Whether the default (takes) runs a launch this kernel covers here rather than in the `tl` fold: always up
+    to MMA_COLUMNS query columns; at more where the grid holds at least WIDE_MIN_TILES_PER_SLOT 64-key tiles per
+    resident program. A launch that names this variant runs it either way."""
     regs = maxnreg(query_columns)
     return regs == MAXNREG or (batch * triton.cdiv(cap, KEYS.value)
                                >= WIDE_MIN_TILES_PER_SLOT * programs_per_sm(regs) * sms)
 
 
 def takes(call: DecodeCall) -> bool:
-    """Whether this kernel runs `call` rather than the `tl` fold (hw.variants.DEFAULTS' row for NVIDIA MXFP4 decode):
-    it covers the call and takes_grid. A call of shapes only (no `out`): True."""
+    """Whether the default runs `call` in this kernel rather than in mxfp4_keys_m's `tl` fold (hw.variants.DEFAULTS'
+    row for NVIDIA MXFP4 decode): it covers the call and takes_grid. A call of shapes only (no `out`): True."""
     out = getattr(call, "out", None)
     if out is None:
         return True
