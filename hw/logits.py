@@ -9,8 +9,9 @@ q is a (values, scales) pair:
 The K format follows q's: FP8 keys carry one fp32 scale per token, MXFP4 keys one E8M0 byte per 32 elements.
 
 Each launcher checks its arguments on the host, then runs a kernel variant of hw.variants: `variant="name"`
-picks one (ValueError if it does not run here), else the target's default. declared_precision() gives the (n, u)
-of DESIGN §4's bound, gamma = (n + H + 2) u, for the variant a launch takes.
+picks one (ValueError if it does not run here or does not cover the call: it never hands the call to another
+kernel), else the target's default for the call. declared_precision() gives the (n, u) of DESIGN §4's bound,
+gamma = (n + H + 2) u, for the variant a launch takes.
 
 Validate mode (validate=True or MXIDX_VALIDATE=1, hw.checks.validate_requested): both scorers then check, with
 device syncs, the values their hot paths bound and raise ValueError; not allowed during CUDA-graph capture.
@@ -274,7 +275,8 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     context_lens >= 0 and that schedule_meta is get_paged_mqa_logits_metadata(context_lens, P, num_sms) with
     device syncs and raises ValueError instead (not allowed during CUDA-graph capture).
     indices (DeepGEMM's, keyword-only here) is not supported: anything but None is a ValueError.
-    variant (keyword-only): a hw.variants name of Op.DECODE for q's format, else the target's default;
+    variant (keyword-only): a hw.variants name of Op.DECODE for q's format, else the target's default (a named
+    variant that does not cover the call raises hw.targets.NotCovered, a ValueError, before any kernel runs);
     launch_settings: fields of the variant's settings to replace (tuning, tests).
     """
     check_flag("clean_logits", clean_logits)
@@ -313,13 +315,15 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
         _validate_paged(view, context_lens, block_table, schedule_meta, width)
 
     out = torch.empty((batch * next_n, width), dtype=torch.float32, device=device)
-    if clean_logits:
-        out.fill_(float("-inf"))
     if batch == 0 or width == 0:
-        return out
+        return out      # no entries
     call = DecodeCall(q_v, q_v if q_s is None else q_s, kv_cache, weights, context_lens, block_table, out,
                       view.page_size, view.page_stride, view.layout == "mxfp4_tiled", next_n, num_heads, head_dim,
                       width, view.num_pages, error_flag)    # FP8: the scale pointer is unused
     chosen = named or select(Op.DECODE, scorer_target(device), kv_dtype, call=call)   # hw.variants.DEFAULTS
-    chosen.run(call, scorer_target(device), launch_settings)
+    # a call the named variant does not cover raises here (hw.targets.NotCovered), before any kernel runs
+    settings = chosen.settings_for(call, scorer_target(device), launch_settings)
+    if clean_logits:
+        out.fill_(float("-inf"))
+    chosen.launch(call, settings)
     return out

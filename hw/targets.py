@@ -1,10 +1,12 @@
 """What a kernel variant is and where it runs: the vocabulary of the variant registry (hw.variants).
 
-Target    a kind of machine the launchers can run a kernel on; every launch setting is a function of it.
-Op        an operation that has several kernel variants.
-Variant   one way of computing an op: the targets it runs on, where it is the default, how it launches, the
-          settings it launches with, what precision it declares and what the cross-compile report checks.
+Target          a kind of machine the launchers can run a kernel on; every launch setting is a function of it.
+Op              an operation that has several kernel variants.
+Variant         one way of computing an op: the targets it runs on, where it is the default, how it launches,
+                the settings it launches with, what precision it declares and what the cross-compile report
+                checks.
 LaunchSettings  the base of every variant's settings record (one schema: frozen fields, replaced by name).
+NotCovered      the ValueError a variant's settings raise for a call it does not run (a launch that names it).
 """
 from __future__ import annotations
 
@@ -84,6 +86,12 @@ class LaunchSettings:
         return dataclasses.replace(self, **changes)
 
 
+class NotCovered(ValueError):
+    """A variant does not run this call (its settings raise it, from the call's shapes and device, before any
+    kernel launch): the message says what the variant covers, what the call has, and which variant takes it. A
+    launch without `variant=` never meets it: hw.variants.DEFAULTS picks a variant that covers the call."""
+
+
 class Op(enum.Enum):
     """Operations with kernel variants (one registry list each)."""
 
@@ -101,7 +109,8 @@ class Variant:
     kv_dtype   "fp8" | "mxfp4" for the scorers (the q/K format it takes), None for top-k.
     targets     the Targets it runs on.
     settings    settings(target, call) -> the launch settings (a LaunchSettings record of the variant's own
-                type), a pure function of the target and the call's shapes.
+                type), a pure function of the target and the call's shapes; NotCovered for a call the variant
+                does not run (it never hands a call to another kernel).
     launch      launch(call, settings): runs the kernel on the op's checked call record.
     precision   precision(head_dim, target) -> (n, u) of DESIGN §4's bound gamma = (n + H + 2) u; None for
                 exact ops (top-k).
@@ -122,8 +131,13 @@ class Variant:
     def runs_on(self, target: Target) -> bool:
         return target in self.targets
 
-    def run(self, call, target: Target, overrides: dict | None = None) -> None:
-        """Launch `call` with the settings for `target`, fields replaced by `overrides` (tuning, tests; a field the
-        settings do not have is a TypeError naming its fields)."""
+    def settings_for(self, call, target: Target, overrides: dict | None = None):
+        """The settings of `call` for `target`, fields replaced by `overrides` (tuning, tests; a field the settings
+        do not have is a TypeError naming its fields). NotCovered where the variant does not run the call; no
+        kernel runs."""
         settings = self.settings(target, call)
-        self.launch(call, settings.replace(**overrides) if overrides else settings)
+        return settings.replace(**overrides) if overrides else settings
+
+    def run(self, call, target: Target, overrides: dict | None = None) -> None:
+        """Launch `call` with settings_for(call, target, overrides)."""
+        self.launch(call, self.settings_for(call, target, overrides))

@@ -6,8 +6,9 @@ module (kernel, settings, launch, precision, ISA specs, ending in a `Variant` re
 that record to REGISTRY below.
 
 What a launch runs without `variant=` is the first row of DEFAULTS for its (op, target, kv_dtype) whose
-condition holds for the call and whose variant runs there; `variant="name"` on a launcher picks one explicitly.
-`mxidx variants` prints the table.
+condition holds for the call and whose variant runs there; `variant="name"` on a launcher picks one explicitly,
+which runs its own kernels only: on a call it does not cover its settings raise hw.targets.NotCovered before any
+kernel runs (the rows here, not the variants, send a call to another variant). `mxidx variants` prints the table.
 """
 from __future__ import annotations
 

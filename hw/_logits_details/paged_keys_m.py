@@ -51,10 +51,7 @@ MXFP4 q.k paths (launcher's `path`; constexpr MX_MODE):
       "e2m1"): gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32).
 NaN: an E8M0 byte 255 makes a key (query row) NaN; its logits (all logits of the row) are NaN, as in sim.scorer.
 
-Scaling range of the fold (the fallback's: 2^(sq + sk - 254) exact in fp32 for -149 <= sq + sk - 254 <= 127): exact
-while |w_h| * 2^(sqmax_h - c) is 0 or at least 2^-126 (a head whose largest q block scale lies more than ~2^126
-below the program's largest rounds or drops) and 2^(skmax + c - 266) lies in [2^-149, 2^127] (outside, the logit is
-0 or inf; that happens only where |logit| itself leaves fp32's range by about the size of the head sum).
+The fold's arithmetic, its inline PTX, the exact pass and the scaling range of the fold: mxfp4_fold.
 
 Declared precision (DESIGN §4's n and u): declared_precision().
 """
@@ -73,9 +70,6 @@ from .._quant_details.page_offsets import (
     fp8_scale_base,
     fp8_scale_token_offset,
     fp8_value_offsets,
-    mxfp4_scale_base,
-    mxfp4_scale_block_stride,
-    mxfp4_scale_offset,
     mxfp4_scale_offsets,
     mxfp4_value_block_stride,
     mxfp4_value_offsets,
@@ -90,28 +84,37 @@ from .common import (
     UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
     dot_scaled_targets,
 )
+from .mxfp4_fold import (
+    BLOCK_WORDS,
+    E8M0_ONE,
+    EXACT_REL,
+    FOLD_KEY_BIAS,
+    FOLD_SPAN,
+    MIN_SPLIT_K,
+    MX_DOT_SCALED,
+    MX_FOLD_PTX,
+    MX_FOLD_TL,
+    WORD_BYTES,
+    bit_or,
+    d8_broadcast,
+    exp2_int,
+    fold_codes,
+    fold_split,
+    mx_exact_scores,
+    mx_key_scale_words,
+    scale_byte,
+    scale_max_min,
+    table_byte,
+)
 
 FMT_FP8 = tl.constexpr(0)
 FMT_MXFP4 = tl.constexpr(1)
-MX_FOLD_PTX = tl.constexpr(0)        # fold, conversion in inline PTX (NVIDIA)
-MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Triton (interpreter)
-MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
 
 #: the L2 policy of the small inputs every program reads before or beside its keys (context lengths, block-table
 #: entries, query rows, weights): kept over the key stream, which passes through L2 once (faster on the H200:
 #: docs/perf/h200-decode-ablation.md)
 KEEP_IN_L2 = tl.constexpr("evict_last")
-E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
-FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
-FOLD_TABLE_BIAS = tl.constexpr(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
-FOLD_KEY_BIAS = tl.constexpr(266)    # 2 * (127 + 6): both operands' E8M0 bias and their 2^6 fold offset
-EXACT_REL = tl.constexpr(-11)        # fallback operands: e2m1 * 2^(EXACT_REL + 6) = e2m1 * 2^-5 (normal e4m3)
-EXACT_RESCALE = tl.constexpr(1024.0)  # 2^10 = (2^5)^2 undoes the fallback operands' 2^-5
-F32_QNAN = tl.constexpr(0x7FC00000)
-WORD_BYTES = tl.constexpr(4)
-BLOCK_WORDS = tl.constexpr(4)        # 32-bit words of codes per 32-element block
 MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fallback mask
-MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
 #: where each MXFP4 path runs. dot_scaled: gfx950's native scaled MFMA, and the interpreter's emulation; not
@@ -165,7 +168,7 @@ def declared_precision(kv_dtype: str, head_dim: int, target: Target, path: str |
     that. MXFP4 "dot_scaled": n = D, u = 2^-24 (the interpreter's emulation sums all D products in fp32; gfx950's
     scaled MFMA does not document its internal accumulation).
     ValueError for an unknown format, target or path, or a head dim that is not a multiple of 32."""
-    path = _check_path(kv_dtype, target, path)
+    path = check_path(kv_dtype, target, path)
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % MX_BLOCK.value:
         raise ValueError(f"head_dim must be a positive multiple of {MX_BLOCK.value}, got {head_dim!r}")
     mma_fp8 = kv_dtype == "fp8" or path == "fold"
@@ -174,7 +177,7 @@ def declared_precision(kv_dtype: str, head_dim: int, target: Target, path: str |
     return head_dim, NVIDIA_FP8_MMA_UNIT_ROUNDOFF if FP8_PROMOTE_K else UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF
 
 
-def _check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
+def check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
     """The MXFP4 path a launch takes (None for FP8); ValueError for an unknown format / target / path or a path
     that does not run on the target."""
     if kv_dtype not in ("fp8", "mxfp4"):
@@ -195,182 +198,6 @@ def _check_path(kv_dtype: str, target: Target, path: str | None) -> str | None:
 
 # ============================================================================================ conversions
 @triton.jit
-def _exp2_int(e):
-    """int32 e -> fp32 2^e: exact for -149 <= e <= 127 (subnormal below -126), 0 below, +inf above."""
-    normal = (tl.minimum(tl.maximum(e, -126), 128) + 127) << 23
-    subnormal = 1 << tl.minimum(tl.maximum(e + 149, 0), 22)
-    bits = tl.where(e >= -126, normal, tl.where(e >= -149, subnormal, 0))
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _e8m0_to_f32(s):
-    """int32 E8M0 bytes -> fp32 2^(s - 127); 255 -> NaN (DESIGN §1)."""
-    return tl.where(s == E8M0_NAN, F32_QNAN, tl.where(s == 0, 1 << 22, s << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _fold_tables(rel):
-    """int32 rel in [-FOLD_SPAN, 0] -> (lo, hi) int32 byte tables of the e2m1 magnitudes 0..7 as e4m3 bytes of
-    e2m1 * 2^(rel + 6): lo = [0, d, d + 8, d + 12], hi = [d + 16, d + 20, d + 24, d + 28] (byte 0 first),
-    d = (rel + 12) << 3 in 8..96 (the e4m3 byte of 0.5 * 2^(rel + 6)); no byte carries."""
-    d = (rel + FOLD_TABLE_BIAS) << 3
-    return d * 0x01010100 + 0x0C080000, d * 0x01010101 + 0x1C181410
-
-
-#: The fold of one 32-bit word of codes ($2; code i in bits 4i..4i+3) by the byte tables {lo, hi} of its block into
-#: $0 (e4m3 bytes of codes 0..3) and $1 (codes 4..7), 9 instructions. prmt picks bytes of {lo, hi} (0..7) by the
-#: codes' low 3 bits (0x77777777 keeps each selector's sign-replicate bit 3 clear; prmt reads the low 16 bits, so
-#: the high half is shifted down). Element i's sign is bit 4i + 3 of the word, bit 4i + 7 of u = word << 4: bit 7
-#: of bytes u.0, word.0, u.1, word.1 (prmt 0x5140) are the signs of elements 0..3, of u.2, word.2, u.3, word.3
-#: (0x7362) those of 4..7; lop3 0xF8 = a | (b & c) keeps only those bits and merges them with the magnitudes.
-_FOLD_BODY = """
-shl.b32 u, $2, 4;
-and.b32 s, $2, 0x77777777;
-prmt.b32 m, {lo}, {hi}, s;
-prmt.b32 g, u, $2, 0x5140;
-lop3.b32 $0, m, g, 0x80808080, 0xF8;
-shr.u32 s, s, 16;
-prmt.b32 m, {lo}, {hi}, s;
-prmt.b32 g, u, $2, 0x7362;
-lop3.b32 $1, m, g, 0x80808080, 0xF8;
-"""
-#: _fold_words_ptx's body: $3, $4 = the tables (_fold_tables).
-FOLD_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", hi="$4") + "}\n")
-#: _fold_bytes_ptx's body: $3 = the block's table byte d in all 4 bytes (4 packed uint8 of one block); the tables
-#: of _fold_tables from it in 3 instructions (lo = (d * 0x01010101 & ~0xFF) + 0x0C080000, hi = d * 0x01010101 +
-#: 0x1C181410), then the fold: 12 instructions per 8 codes.
-FOLD_BYTES_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
-                              "add.u32 lo, lo, 0x0C080000;\nadd.u32 hi, $3, 0x1C181410;"
-                              + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
-
-
-@triton.jit
-def _fold_words_ptx(words, lo, hi):
-    """int32 words of 8 e2m1 codes (code i in bits 4i..4i+3) + their block's tables -> (e4m3 bytes of codes 0..3,
-    e4m3 bytes of codes 4..7) as int32 words (code i in byte i % 4); 9 instructions per 8 codes (FOLD_PTX)."""
-    return tl.inline_asm_elementwise(asm=FOLD_PTX, constraints="=r,=r,r,r,r", args=[words, lo, hi],
-                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-
-
-@triton.jit
-def _fold_words_tl(words, lo, hi):
-    """_fold_words_ptx in portable Triton integer ops (same tables, same outputs)."""
-    out_lo = tl.zeros_like(words)
-    out_hi = tl.zeros_like(words)
-    for i in tl.static_range(8):
-        mag = (words >> (4 * i)) & 7
-        table = tl.where(mag < 4, lo, hi)
-        byte = ((table >> (8 * (mag & 3))) & 0xFF) | (((words >> (4 * i + 3)) & 1) << 7)
-        if i < 4:
-            out_lo = out_lo | (byte << (8 * i))
-        else:
-            out_hi = out_hi | (byte << (8 * (i - 4)))
-    return out_lo, out_hi
-
-
-@triton.jit
-def _words_to_e4m3(lo, hi):
-    """int32 [R, W] output words of _fold_words_* -> uint8 [R, 8W] e4m3 bytes in natural element order
-    (element 8a + i of a row is byte i % 4 of lo[a] (i < 4) or hi[a] (i >= 4))."""
-    R: tl.constexpr = lo.shape[0]
-    W: tl.constexpr = lo.shape[1]
-    x = tl.reshape(tl.join(lo, hi), (R, 2 * W))
-    b0 = (x & 0xFF).to(tl.uint8)
-    b1 = ((x >> 8) & 0xFF).to(tl.uint8)
-    b2 = ((x >> 16) & 0xFF).to(tl.uint8)
-    b3 = ((x >> 24) & 0xFF).to(tl.uint8)
-    return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), (R, 8 * W))
-
-
-@triton.jit
-def _fold(words, rel, MX_MODE: tl.constexpr):
-    """int32 [R, D/8] code words + int32 [R, D/32] per-block rel (-FOLD_SPAN..0) -> uint8 [R, D] e4m3 bytes of
-    e2m1 * 2^(rel + 6) (exact)."""
-    R: tl.constexpr = words.shape[0]
-    WORDS: tl.constexpr = words.shape[1]
-    lo, hi = _fold_tables(rel)
-    lo = tl.reshape(tl.broadcast_to(lo[:, :, None], (R, WORDS // BLOCK_WORDS, BLOCK_WORDS)), (R, WORDS))
-    hi = tl.reshape(tl.broadcast_to(hi[:, :, None], (R, WORDS // BLOCK_WORDS, BLOCK_WORDS)), (R, WORDS))
-    if MX_MODE == MX_FOLD_PTX:
-        out_lo, out_hi = _fold_words_ptx(words, lo, hi)
-    else:
-        out_lo, out_hi = _fold_words_tl(words, lo, hi)
-    return _words_to_e4m3(out_lo, out_hi)
-
-
-@triton.jit
-def _fold_bytes_ptx(codes, d8):
-    """_fold_split's inline PTX (FOLD_BYTES_PTX): 4 packed uint8 of codes and of their block's d per instance."""
-    return tl.inline_asm_elementwise(asm=FOLD_BYTES_PTX, constraints="=r,=r,r,r", args=[codes, d8],
-                                     dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
-
-
-@triton.jit
-def _bytes_to_words(x):
-    """uint8 [R, 4W] -> int32 [R, W]: byte 4a + i is byte i of word a."""
-    R: tl.constexpr = x.shape[0]
-    W: tl.constexpr = x.shape[1] // WORD_BYTES
-    even, odd = tl.split(tl.reshape(x.to(tl.int32), (R, W, 2, 2)))     # bytes (4a, 4a + 2), (4a + 1, 4a + 3)
-    b0, b2 = tl.split(even)
-    b1, b3 = tl.split(odd)
-    return b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
-
-
-@triton.jit
-def _fold_split(codes, d8, MX_MODE: tl.constexpr):
-    """uint8 [R, C] codes (byte j: elements 2j, 2j + 1 of the row; C % 4 == 0) + uint8 [R, C] table byte
-    d = (rel + 12) << 3 of each byte's block (equal within each aligned 4 bytes) -> (first, second) uint8 [R, C]
-    e4m3 bytes of e2m1 * 2^(rel + 6) (exact) in the split K order: column 4a + i of `first` is element 8a + i, of
-    `second` element 8a + 4 + i (i < 4). Both stay in the codes' layout (no layout conversion)."""
-    if MX_MODE == MX_FOLD_PTX:
-        return _fold_bytes_ptx(codes, d8)
-    else:
-        d = _bytes_to_words(d8) & 0xFF
-        lo, hi = _fold_tables((d >> 3) - FOLD_TABLE_BIAS)
-        out_lo, out_hi = _fold_words_tl(_bytes_to_words(codes), lo, hi)
-        R: tl.constexpr = codes.shape[0]
-        C: tl.constexpr = codes.shape[1]
-        first = tl.reshape(tl.join(tl.join(out_lo & 0xFF, (out_lo >> 16) & 0xFF),
-                                   tl.join((out_lo >> 8) & 0xFF, (out_lo >> 24) & 0xFF)), (R, C))
-        second = tl.reshape(tl.join(tl.join(out_hi & 0xFF, (out_hi >> 16) & 0xFF),
-                                    tl.join((out_hi >> 8) & 0xFF, (out_hi >> 24) & 0xFF)), (R, C))
-        return first.to(tl.uint8), second.to(tl.uint8)
-
-
-@triton.jit
-def _table_byte(rel):
-    """int32 rel in [-FOLD_SPAN, 0] -> the uint8 table byte d = (rel + 12) << 3 (_fold_tables)."""
-    return ((rel + FOLD_TABLE_BIAS) << 3).to(tl.uint8)
-
-
-@triton.jit
-def _d8_broadcast(rel, C: tl.constexpr):
-    """int32 [R, D/32] per-block rel -> uint8 [R, C = D/2] table byte of each code byte's block, by a reshape of
-    the broadcast blocks (a layout conversion through shared memory on GPUs)."""
-    R: tl.constexpr = rel.shape[0]
-    G: tl.constexpr = rel.shape[1]
-    return tl.reshape(tl.broadcast_to(_table_byte(rel)[:, :, None], (R, G, C // G)), (R, C))
-
-
-@triton.jit
-def _scale_byte(sw, g: tl.constexpr):
-    """int32 byte g of the packed scale words sw (int64 [R], byte g = block g's E8M0)."""
-    return ((sw >> (8 * g)) & 0xFF).to(tl.int32)
-
-
-@triton.jit
-def _scale_max_min(sw, G: tl.constexpr):
-    """int32 [R] largest and smallest of the G E8M0 bytes packed in sw: two elementwise passes, no reduction."""
-    s_max = _scale_byte(sw, 0)
-    s_min = s_max
-    for g in tl.static_range(1, G):
-        s_max = tl.maximum(s_max, _scale_byte(sw, g))
-        s_min = tl.minimum(s_min, _scale_byte(sw, g))
-    return s_max, s_min
-
-
-@triton.jit
 def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
     """uint8 [R, C = D/2] table byte of each code byte's block from the packed scale words sw (int64 [R]) and the
     keys' largest scale: each column takes its block's [R] value by a select on the column's block (no reshape;
@@ -378,14 +205,14 @@ def _d8_select(sw, s_max, C: tl.constexpr, G: tl.constexpr):
     col_block = tl.arange(0, C) // (C // G)
     d8 = tl.zeros((sw.shape[0], C), tl.uint8)
     for g in tl.static_range(G):
-        d_g = _table_byte(tl.maximum(_scale_byte(sw, g) - s_max, -FOLD_SPAN))
+        d_g = table_byte(tl.maximum(scale_byte(sw, g) - s_max, -FOLD_SPAN))
         d8 = tl.where(col_block[None, :] == g, d_g[:, None], d8)
     return d8
 
 
 # ============================================================================================ tile pieces
 @triton.jit
-def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
+def visible_lengths(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr, cap):
     """int32 [N_PAD] visible(b, n) = DESIGN §4's ctx(b, n) clamped to cap = max_context_len (the columns past the
     table are NaN: _tile_pages); 0 for the padding n >= N."""
     if CTX_2D:
@@ -398,7 +225,7 @@ def _visible(ctx_ptr, b, stride_ctx_b, n, N: tl.constexpr, CTX_2D: tl.constexpr,
 
 
 @triton.jit
-def _dot(a, b, acc, PROMOTE_K: tl.constexpr):
+def promoted_dot(a, b, acc, PROMOTE_K: tl.constexpr):
     """tl.dot(a, b, acc) (acc None: a zero accumulator), promoting FP8 partial sums to fp32 every PROMOTE_K
     products when PROMOTE_K > 0."""
     if PROMOTE_K > 0:
@@ -408,12 +235,7 @@ def _dot(a, b, acc, PROMOTE_K: tl.constexpr):
 
 
 @triton.jit
-def _bit_or(a, b):
-    return a | b
-
-
-@triton.jit
-def _head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
+def head_sum(s, w, N_PAD: tl.constexpr, H_PAD: tl.constexpr):
     """fp32 [KEYS, N_PAD * H_PAD] scores, [N_PAD * H_PAD] weights -> [KEYS, N_PAD] sum_h w * relu(s), relu(NaN) =
     NaN. Padded query columns have weight 0 and finite scores (their q is 0; only a NaN key, whose logits are NaN
     anyway, makes them NaN)."""
@@ -432,7 +254,7 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
     scalars when TILE_PAGES == 1, else bool / int32 [KEYS]). Block-table entries at or past num_pages (the visible
     span) or max_pages (the table's width) are not read; a page is ok when its entry was read and lies in
     [0, num_cache_pages). The offset of a page that is not ok is page 0's, and bad_id is its entry where one was
-    read and is out of range, else 0 (an id 0 is out of range only in a cache of no pages, where _report_pages
+    read and is out of range, else 0 (an id 0 is out of range only in a cache of no pages, where report_pages
     finds every page bad anyway). One compare per page, not per key, when TILE_PAGES == 1. Callers mask a tile's
     keys with tok < where(page_ok, limit, 0), so a page that is not ok is never read."""
     if TILE_PAGES == 1:
@@ -443,11 +265,11 @@ def _tile_pages(bt_row_ptr, first, num_pages, max_pages, num_cache_pages, page_s
         page_off = tl.where(ok, page_id, 0).to(tl.int64) * page_stride
         return tl.zeros_like(t_page).to(tl.int64) + page_off, ok, tl.where(in_table & ~id_ok, page_id, 0)
     else:
-        return _page_offsets(bt_row_ptr, first + t_page, num_pages, max_pages, num_cache_pages, page_stride)
+        return lookup_pages(bt_row_ptr, first + t_page, num_pages, max_pages, num_cache_pages, page_stride)
 
 
 @triton.jit
-def _page_offsets(bt_row_ptr, page, num_pages, max_pages, num_cache_pages, page_stride):
+def lookup_pages(bt_row_ptr, page, num_pages, max_pages, num_cache_pages, page_stride):
     """_tile_pages elementwise over int32 page indices `page` of any shape and layout: (int64 page byte offsets,
     page_ok, bad_id), each of page's shape."""
     in_table = (page < num_pages) & (page < max_pages)
@@ -462,7 +284,7 @@ def _tile(i, first, t, t_page, bt_row_ptr, num_pages, max_pages, num_cache_pages
           P: tl.constexpr, TILE_PAGES: tl.constexpr, HAS_FLAG: tl.constexpr):
     """Tile i of a program whose first page is `first`: (tok [KEYS] token positions, page_off and page_ok of
     _tile_pages, k_ok [KEYS]: the keys to read (before vis_max, on a valid page), met with the tile's bad page ids
-    folded in (HAS_FLAG; see _report_pages))."""
+    folded in (HAS_FLAG; see report_pages))."""
     page_first = first + i * TILE_PAGES
     tok = page_first * P + t
     page_off, page_ok, bad_id = _tile_pages(bt_row_ptr, page_first, num_pages, max_pages, num_cache_pages,
@@ -473,36 +295,13 @@ def _tile(i, first, t, t_page, bt_row_ptr, num_pages, max_pages, num_cache_pages
 
 
 @triton.jit
-def _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P: tl.constexpr):
+def report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P: tl.constexpr):
     """After a program's tile loop: report a sequence longer than its block-table row (once, by chunk 0) and the
     largest out-of-range page id the loop met (`met`: int32 [KEYS], the bad_id of _tile_pages kept per key)."""
     report_if(flag_ptr, KIND_CONTEXT_PAST_TABLE, (chunk == 0) & (vis_max > max_pages * P), b, vis_max, True)
     met_bad = (met < 0) | (met >= num_cache_pages)
     report_if(flag_ptr, KIND_PAGE_ID, tl.max(met_bad.to(tl.int32)) > 0, b,
               tl.max(tl.where(met_bad, met, INT32_MIN)), True)
-
-
-@triton.jit
-def _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE: tl.constexpr):
-    """The exact fallback: fp32 [KEYS, NH] q.k from int32 [KEYS, D/8] key code words, int32 [KEYS, D/32] key E8M0
-    bytes, uint8 [D, NH] query operand: e4m3 bytes of e2m1 * 2^-5 (the query rows' codes transposed) and int32
-    [NH, D/32] query E8M0 bytes. Block g's sums come from one K = D MMA of all keys against the query operand with
-    every other block zeroed: 32 nonzero products of at most 13 significant bits, exact in any accumulator that
-    keeps 13 (zero products add nothing)."""
-    D: tl.constexpr = q_exact.shape[0]
-    G: tl.constexpr = D // MX_BLOCK
-    k8 = _fold(k_words, tl.full(ks.shape, EXACT_REL, tl.int32), MX_MODE).to(tl.float8e4nv, bitcast=True)
-    blk = tl.arange(0, D) // MX_BLOCK
-    g_idx = tl.arange(0, G)
-    acc = tl.zeros((k_words.shape[0], q_exact.shape[1]), dtype=tl.float32)
-    for g in tl.range(0, G, num_stages=1):          # not unrolled: the rare path keeps registers low
-        q_g = tl.where(blk[:, None] == g, q_exact, 0).to(tl.float8e4nv, bitcast=True)
-        part = tl.dot(k8, q_g)
-        k_scale = _e8m0_to_f32(tl.sum(tl.where(g_idx[None, :] == g, ks, 0), axis=1))
-        q_scale = _e8m0_to_f32(tl.sum(tl.where(g_idx[None, :] == g, qs, 0), axis=1))
-        # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
-        acc += (part * EXACT_RESCALE) * (k_scale[:, None] * q_scale[None, :])
-    return acc
 
 
 @triton.jit
@@ -531,26 +330,6 @@ def _mx_keys(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, 
     return words, scales.to(tl.int32)
 
 
-
-@triton.jit
-def _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P: tl.constexpr, D: tl.constexpr, TILED: tl.constexpr):
-    """A tile's block scales packed per key: int64 [KEYS], byte g = block g's E8M0 byte (masked keys: 255, NaN, in
-    every byte of the D/32). Planar with D % 128 == 0: one 32-bit load per 4 blocks (a token's scale bytes are
-    contiguous and 4-byte aligned; the pipeliner can copy them asynchronously); else one byte load per block."""
-    G: tl.constexpr = D // MX_BLOCK
-    token = cache_ptr + page_off + mxfp4_scale_base(P, D) + mxfp4_scale_offset(t_in, 0, P, D, TILED)
-    sw = (t_in * 0).to(tl.int64)       # zeros in t_in's layout (the Hopper kernel's too)
-    if TILED or (D // (WORD_BYTES * MX_BLOCK)) * (WORD_BYTES * MX_BLOCK) != D:
-        for g in tl.static_range(G):
-            byte = tl.load(token + g * mxfp4_scale_block_stride(P, TILED), mask=k_ok, other=E8M0_NAN)
-            sw = sw | (byte.to(tl.int64) << (8 * g))
-    else:
-        for w in tl.static_range(G // WORD_BYTES):
-            word = tl.load(token.to(tl.pointer_type(tl.int32)) + w, mask=k_ok, other=-1)     # 4 bytes 255
-            sw = sw | ((word.to(tl.int64) & 0xFFFFFFFF) << (32 * w))
-    return sw
-
-
 # ============================================================================================ the kernel
 @triton.jit
 def _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b, stride_qv_n, stride_qv_h, stride_w_r,
@@ -570,7 +349,7 @@ def _fp8_query_half(q_v_ptr, w_ptr, ctx_ptr, out_ptr, b, stride_qv_b, stride_qv_
                 mask=row_ok[:, None], other=0, eviction_policy=KEEP_IN_L2)
     n = HALF * HALF_N + tl.arange(0, HALF_N)
     return (tl.trans(q.to(tl.float8e4nv, bitcast=True)), w, out_ptr + (b * N + n)[None, :] * stride_out_r,
-            _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap))
+            visible_lengths(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap))
 
 
 @triton.jit
@@ -598,7 +377,7 @@ def paged_keys_m_kernel(
     b = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     n = tl.arange(0, N_PAD)
-    visible = _visible(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
+    visible = visible_lengths(ctx_ptr, b, stride_ctx_b, n, N, CTX_2D, cap)
     vis_max = tl.max(visible)
     num_pages = vis_max // P + (vis_max % P != 0).to(tl.int32)     # cdiv, without vis_max + P - 1's overflow
     first = chunk * (TILES * TILE_PAGES)
@@ -645,12 +424,12 @@ def paged_keys_m_kernel(
                 k_scale = tl.load((cache_ptr + page_off + fp8_scale_base(P, D) + fp8_scale_token_offset(t_in))
                                   .to(tl.pointer_type(tl.float32)), mask=k_ok, other=float("nan"))
                 if FP8_HALVES:
-                    logits = _head_sum(_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
+                    logits = head_sum(promoted_dot(k, qt_a, None, PROMOTE_K), w_a, HALF_N, H_PAD) * k_scale[:, None]
                     tl.store(out_a + tok[:, None], logits, mask=tok[:, None] < vis_a[None, :])
-                    logits = _head_sum(_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
+                    logits = head_sum(promoted_dot(k, qt_b, None, PROMOTE_K), w_b, HALF_N, H_PAD) * k_scale[:, None]
                     tl.store(out_b + tok[:, None], logits, mask=tok[:, None] < vis_b[None, :])
                 else:
-                    logits = _head_sum(_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
+                    logits = head_sum(promoted_dot(k, qt, None, PROMOTE_K), w, N_PAD, H_PAD) * k_scale[:, None]
                     tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])
         elif MX_MODE == MX_DOT_SCALED:
             j = tl.arange(0, D // 2)
@@ -666,7 +445,7 @@ def paged_keys_m_kernel(
                 ks = tl.load(cache_ptr + page_off[:, None] + mxfp4_scale_offsets(t_in, g, P, D, TILED),
                              mask=k_ok[:, None], other=E8M0_NAN)                              # [KEYS, D/32]
                 s = tl.dot_scaled(kv, ks, "e2m1", qt, qs, "e2m1")
-                tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
+                tl.store(out_cols + tok[:, None], head_sum(s, w, N_PAD, H_PAD), mask=tok[:, None] < visible[None, :])
         else:
             # the query rows, converted once
             q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
@@ -674,18 +453,18 @@ def paged_keys_m_kernel(
             q_nan = sq_max == E8M0_NAN
             q_wide = tl.max((row_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32)) > 0
             c = tl.max(tl.where(row_ok & ~q_nan, sq_max, 0))
-            w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
+            w_fold = tl.where(q_nan, float("nan"), w * exp2_int(sq_max - c))
             q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
             SPLIT: tl.constexpr = D >= 2 * MIN_SPLIT_K
-            if SPLIT:           # two K = D/2 operands in the split order (_fold_split)
+            if SPLIT:           # two K = D/2 operands in the split order (fold_split)
                 jb = tl.arange(0, D // 2)
                 q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=row_ok[:, None], other=0,
                                   eviction_policy=KEEP_IN_L2)
-                q1, q2 = _fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE)
+                q1, q2 = fold_split(q_bytes, d8_broadcast(q_rel, D // 2), MX_MODE)
                 qt = tl.trans(q1).to(tl.float8e4nv, bitcast=True)                             # [D/2, NH]
                 qt2 = tl.trans(q2).to(tl.float8e4nv, bitcast=True)
             else:
-                qt = tl.trans(_fold(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)  # [D, NH]
+                qt = tl.trans(fold_codes(q_words, q_rel, MX_MODE)).to(tl.float8e4nv, bitcast=True)  # [D, NH]
 
             # the fold loop stores every visible key; the tiles holding a wide key are overwritten by the exact
             # pass (bit i of wide_tiles)
@@ -697,31 +476,31 @@ def paged_keys_m_kernel(
                 if SPLIT:
                     kb = tl.load(cache_ptr + page_off[:, None] + mxfp4_value_offsets(t_in, jb, P, D, TILED),
                                  mask=k_ok[:, None], other=0)                                 # [KEYS, D/2]
-                    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
-                    sk_max, sk_min = _scale_max_min(sw, D // MX_BLOCK)
-                    k1, k2 = _fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
-                    acc = _dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
-                    acc = _dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
+                    sw = mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
+                    sk_max, sk_min = scale_max_min(sw, D // MX_BLOCK)
+                    k1, k2 = fold_split(kb, _d8_select(sw, sk_max, D // 2, D // MX_BLOCK), MX_MODE)
+                    acc = promoted_dot(k1.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+                    acc = promoted_dot(k2.to(tl.float8e4nv, bitcast=True), qt2, acc, PROMOTE_K)
                 else:
                     k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
                     sk_max = tl.max(ks, axis=1)
                     sk_min = tl.min(ks, axis=1)
-                    k8 = _fold(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE)
-                    acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+                    k8 = fold_codes(k_words, tl.maximum(ks - sk_max[:, None], -FOLD_SPAN), MX_MODE)
+                    acc = promoted_dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
                 k_nan = sk_max == E8M0_NAN
                 wide_key = ~k_nan & (sk_max - sk_min > FOLD_SPAN)
-                k_factor = tl.where(k_nan, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
-                logits = _head_sum(acc, w_fold, N_PAD, H_PAD) * k_factor[:, None]
+                k_factor = tl.where(k_nan, float("nan"), exp2_int(sk_max + c - FOLD_KEY_BIAS))
+                logits = head_sum(acc, w_fold, N_PAD, H_PAD) * k_factor[:, None]
                 tl.store(out_cols + tok[:, None], logits, mask=tok[:, None] < visible[None, :])   # wide: overwritten
                 wide_keys = wide_keys | (wide_key.to(tl.int32) << i)
-            wide_tiles = tl.reduce(wide_keys, 0, _bit_or)
+            wide_tiles = tl.reduce(wide_keys, 0, bit_or)
 
             # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one (the other
             # keys keep the fold loop's logits, so a key's logit does not depend on its tile-mates)
             if q_wide | (wide_tiles != 0):
                 tl.debug_barrier()          # the fold loop's stores of this program land before the exact pass's
                 q_words, qs = _mx_query(q_v_ptr, q_s_ptr, q_row_v, q_row_s, row_ok, D)
-                q_exact = tl.trans(_fold(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
+                q_exact = tl.trans(fold_codes(q_words, tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))   # [D, NH]
                 for i in tl.range(0, num_tiles, num_stages=1):
                     if q_wide | (((wide_tiles >> i) & 1) != 0):
                         # (met: the fold loop did not run for a wide query)
@@ -731,14 +510,14 @@ def paged_keys_m_kernel(
                         # a bad page's keys are not read: NaN scales, stored for a wide query, else not redone (they
                         # keep the fold loop's NaN)
                         k_words, ks = _mx_keys(cache_ptr, page_off, t_in, k_ok, P, D, TILED)
-                        s = _mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
+                        s = mx_exact_scores(k_words, ks, q_exact, qs, MX_MODE)
                         sk_max = tl.max(ks, axis=1)
                         wide_key = (sk_max != E8M0_NAN) & (sk_max - tl.min(ks, axis=1) > FOLD_SPAN)
                         redo = wide_key | (tok * 0 + q_wide.to(tl.int32) != 0)   # a block operand first
-                        tl.store(out_cols + tok[:, None], _head_sum(s, w, N_PAD, H_PAD),
+                        tl.store(out_cols + tok[:, None], head_sum(s, w, N_PAD, H_PAD),
                                  mask=redo[:, None] & (tok[:, None] < visible[None, :]))
         if HAS_FLAG:
-            _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
+            report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 
 
 # ============================================================================================ launcher
@@ -772,7 +551,7 @@ def keys_m_settings(target: Target, kv_dtype: str, num_heads: int, next_n: int, 
     64 x 32 and below: a wave's MFMA block is 32 x 32, so two waves cover the tile and more would repeat their
     MFMAs (docs/perf/isa-gfx950-structures.md). On the H200, 4 warps at 64 x 128 take more registers but are
     faster than 8 for both formats, docs/perf/h200-keys-m-heads.json). ValueError as declared_precision."""
-    path = _check_path(kv_dtype, target, path)
+    path = check_path(kv_dtype, target, path)
     n_pad = triton.next_power_of_2(next_n)
     h_pad = max(triton.next_power_of_2(num_heads), MIN_MMA_N // n_pad)
     tile_pages = max(1, (INTERPRETER_TILE_KEYS if target is Target.INTERPRETER else MIN_TILE_KEYS) // page_size)
@@ -846,7 +625,7 @@ def launch_paged_keys_m(q_v, q_s, kv_cache, weights, context_lens, block_table, 
     The grid is (B, cdiv(cdiv(cap, P), tiles * tile_pages)): fixed by shapes and cap, so a CUDA graph captured with
     short contexts replays correctly with long ones. ValueError for an unknown kv_dtype / target / path, a grid
     too large for CUDA's second grid dimension (65535), or a misaligned MXFP4 q_v."""
-    path = _check_path(kv_dtype, target, path)
+    path = check_path(kv_dtype, target, path)
     s = settings if settings is not None else keys_m_settings(
         target, kv_dtype, num_heads, next_n, page_size, path=path, grid=_grid(target, q_v.shape[0], cap, out.device))
     mx = kv_dtype == "mxfp4"
@@ -905,7 +684,6 @@ def isa_specs(kv_dtype: str | None = None) -> tuple[CompileSpec, ...]:
     return tuple(isa_spec(layout, d, p, n, h, target) for target in (Target.NVIDIA, Target.AMD)
                  for layout, d, p, n, h in ISA_SHAPES
                  if kv_dtype is None or (layout == "fp8") == (kv_dtype == "fp8"))
-
 
 
 # ============================================================================================ registry records

@@ -1,5 +1,5 @@
-"""The MXFP4 paged decode scorer on Hopper (sm_90) in Gluon: paged_keys_m's "fold" arithmetic, with the key codes
-loaded straight into the registers of the wgmma A operand.
+"""The MXFP4 paged decode scorer on Hopper (sm_90) in Gluon: paged_keys_m's "fold" path (mxfp4_fold's arithmetic),
+with the key codes loaded straight into the registers of the wgmma A operand.
 
 Same contract, arithmetic and declared precision as paged_keys_m's fold path (its module docstring: keys on the MMA's
 M axis, query rows on N, e2m1 folded with its block scale relative to the token's largest into exact e4m3 by
@@ -34,8 +34,9 @@ them before its store, otherwise each half stores its own tokens.
 Coverage (covers()): sm_90 devices, D 64 and 128 (D = 32 is below one FP8 wgmma's K; D = 256 spills) in the planar
 layout and D 128 in the tiled one (a thread's C/4 code bytes of a key are one 16-byte block there too, so they
 load as one vector; the scale bytes load one by one), N_PAD * H_PAD <= 128 query columns. The variant launches
-this kernel where it covers the call and, at 128 columns, the grid is long (takes_grid); elsewhere the `tl` fold.
-Gluon has no interpreter: the kernel is checked by cross-compilation on the CPU and by the GPU tests.
+this kernel on every call it covers and raises hw.targets.NotCovered on any other (it hands no call to the `tl`
+fold); hw.variants.DEFAULTS takes it where it covers the call and, at 128 columns, the grid is long (takes), else
+mxfp4_keys_m. Gluon has no interpreter: the kernel is checked by cross-compilation on the CPU and by the GPU tests.
 """
 from __future__ import annotations
 
@@ -50,31 +51,33 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
+from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
 from ..isa_spec import CompileSpec
-from ..targets import LaunchSettings, Op, Target, Variant, nvidia_capability, sm_count
+from ..targets import LaunchSettings, NotCovered, Op, Target, Variant, nvidia_capability, sm_count
 from . import paged_keys_m as km
 from .calls import DecodeCall
-from .paged_keys_m import (
-    E8M0_NAN,
+from .mxfp4_fold import (
     E8M0_ONE,
     EXACT_REL,
     EXACT_RESCALE,
     FOLD_KEY_BIAS,
     FOLD_SPAN,
+    bit_or,
+    e8m0_to_f32,
+    exp2_int,
+    fold_bytes_ptx,
+    mx_key_scale_words,
+    scale_byte,
+    scale_max_min,
+    table_byte,
+)
+from .paged_keys_m import (
     KEEP_IN_L2,
     MAX_TILES,
-    _bit_or,
-    _e8m0_to_f32,
-    _exp2_int,
-    _fold_bytes_ptx,
-    _mx_key_scale_words,
-    _page_offsets,
-    _report_pages,
-    _scale_byte,
-    _scale_max_min,
-    _table_byte,
-    _visible,
+    lookup_pages,
+    report_pages,
+    visible_lengths,
 )
 
 KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
@@ -118,17 +121,17 @@ def _kperm_block(c, C: gl.constexpr):
 def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cache_pages, page_stride, vis_max, met,
               A: gl.constexpr, P: gl.constexpr, D: gl.constexpr, TILED: gl.constexpr, HAS_FLAG: gl.constexpr):
     """Tile `tile` of a sequence: (uint8 [KEYS, D/2] code bytes in the A operand's layout and K order, the keys'
-    packed block scales (_mx_key_scale_words, int32) in A's row layout, met with the tile's bad page ids). rows and
+    packed block scales (mx_key_scale_words, int32) in A's row layout, met with the tile's bad page ids). rows and
     byte: aranges in the slices of key_layout(D). Keys at or past vis_max or on a page that is not ok are not read:
     codes 0, scales 255 (NaN)."""
     C: gl.constexpr = D // 2
     tok = tile * KEYS + rows
     if P % KEYS == 0:       # the tile lies on one page: one lookup (scalars), not one per key
-        page_off, page_ok, bad_id = _page_offsets(bt_row, tile // (P // KEYS), num_pages, max_pages, num_cache_pages,
+        page_off, page_ok, bad_id = lookup_pages(bt_row, tile // (P // KEYS), num_pages, max_pages, num_cache_pages,
                                                   page_stride)
         page_ptr = cache_ptr + page_off
     else:
-        page_off, page_ok, bad_id = _page_offsets(bt_row, tok // P, num_pages, max_pages, num_cache_pages,
+        page_off, page_ok, bad_id = lookup_pages(bt_row, tok // P, num_pages, max_pages, num_cache_pages,
                                                   page_stride)
         page_ptr = (cache_ptr + page_off)[:, None]
     t_in = tok % P
@@ -136,7 +139,7 @@ def _key_tile(cache_ptr, bt_row, tile, rows, byte, num_pages, max_pages, num_cac
     codes = gl.load(page_ptr + mxfp4_value_offsets(t_in, byte, P, D, TILED), mask=k_ok[:, None], other=0)
     # natural byte order (C/4 contiguous bytes a thread: one vector load a key) -> the K order, same registers
     codes = gl.reshape(gl.permute(gl.reshape(codes, [KEYS, 4, C // 16, 4]), (0, 2, 1, 3)), [KEYS, C])
-    sw = _mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED).to(gl.int32)
+    sw = mx_key_scale_words(cache_ptr, page_off, t_in, k_ok, P, D, TILED).to(gl.int32)
     if HAS_FLAG:
         met = gl.where(bad_id != 0, bad_id, met)
     return gl.convert_layout(codes, A, assert_trivial=True), gl.convert_layout(sw, gl.SliceLayout(1, A)), met
@@ -191,11 +194,11 @@ def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, 
     """The fold path of one tile: (fp8 key operands a1, a2, fp32 [KEYS, MN] head terms of the first MN query columns,
     key factor 2^(skmax + c - 266) or NaN [KEYS] in the MMA's row layout, int32 [KEYS] 1 where the key's block scales
     are wide). c_factor: 2^(c - 139), so that the product of two powers of two is the factor (exact: a power of two
-    at or above 2^-149 is representable, and the ones below round to 0 as _exp2_int's)."""
+    at or above 2^-149 is representable, and the ones below round to 0 as exp2_int's)."""
     MN: gl.constexpr = w_fold.shape[0]
-    sk_max, sk_min = _scale_max_min(sw, G)
-    rel = gl.maximum(_scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
-    k1, k2 = _fold_bytes_ptx(codes, _table_byte(rel))
+    sk_max, sk_min = scale_max_min(sw, G)
+    rel = gl.maximum(scale_byte(sw[:, None], blk[None, :]) - sk_max[:, None], -FOLD_SPAN)
+    k1, k2 = fold_bytes_ptx(codes, table_byte(rel))
     acc = gl.zeros([KEYS, MN], gl.float32, layout=mma)
     a1 = k1.to(gl.float8e4nv, bitcast=True)
     a2 = k2.to(gl.float8e4nv, bitcast=True)
@@ -205,7 +208,7 @@ def _fold_tile(codes, sw, blk, c_factor, qop1, qop2, w_fold, mma: gl.constexpr, 
     acc = warpgroup_mma(a2, _q_half(qop2, 0, MN, SPLITS), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     k_nan = sk_max == E8M0_NAN
-    factor = _e8m0_to_f32(sk_max) * c_factor      # 2^(sk_max + c - 266), exactly (or 0, inf); NaN for 255
+    factor = e8m0_to_f32(sk_max) * c_factor      # 2^(sk_max + c - 266), exactly (or 0, inf); NaN for 255
     wide = (~k_nan & (sk_max - sk_min > FOLD_SPAN)).to(gl.int32)
     return a1, a2, _relu_terms(acc, w_fold), gl.convert_layout(factor, gl.SliceLayout(1, mma)), wide
 
@@ -271,20 +274,20 @@ def _score_tile(codes, sw, first, i, wide_keys, blk, c_factor, qop1, qop2, cols,
 @gluon.jit
 def _exact_half(codes, sw, blk, qe1, qe2, q_s_ptr, q_col_s, col_ok, w, half: gl.constexpr, mma: gl.constexpr,
                 G: gl.constexpr, SPLITS: gl.constexpr):
-    """The exact pass of one tile (paged_keys_m's _mx_exact_scores, blocks selected in the key operand): fp32
+    """The exact pass of one tile (mxfp4_fold's mx_exact_scores, blocks selected in the key operand): fp32
     [KEYS, MN] head terms of the query columns of `half` (q_col_s, col_ok, w: theirs; a padding column's scales
     are not read, and its q rows are 0)."""
     MN: gl.constexpr = w.shape[0]
     C: gl.constexpr = codes.shape[1]
-    d8 = _table_byte(gl.full([KEYS, C], EXACT_REL, gl.int32, layout=codes.type.layout))
+    d8 = table_byte(gl.full([KEYS, C], EXACT_REL, gl.int32, layout=codes.type.layout))
     acc = gl.zeros([KEYS, MN], gl.float32, layout=mma)
     for g in range(0, G):           # not unrolled: the rare path keeps registers low
-        k1, k2 = _fold_bytes_ptx(gl.where(blk[None, :] == g, codes, 0), d8)      # code 0 folds to +0
+        k1, k2 = fold_bytes_ptx(gl.where(blk[None, :] == g, codes, 0), d8)      # code 0 folds to +0
         part = gl.zeros([KEYS, MN], gl.float32, layout=mma)
         part = warpgroup_mma(k1.to(gl.float8e4nv, bitcast=True), _q_half(qe1, half, MN, SPLITS), part)
         part = warpgroup_mma(k2.to(gl.float8e4nv, bitcast=True), _q_half(qe2, half, MN, SPLITS), part)
-        k_scale = gl.convert_layout(_e8m0_to_f32(_scale_byte(sw, g)), gl.SliceLayout(1, mma))
-        q_scale = _e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE).to(gl.int32))
+        k_scale = gl.convert_layout(e8m0_to_f32(scale_byte(sw, g)), gl.SliceLayout(1, mma))
+        q_scale = e8m0_to_f32(gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE).to(gl.int32))
         # part * 2^10 is the exact block sum; k_scale * q_scale = 2^(sk + sq - 254) is exact in fp32's range
         acc += (part * EXACT_RESCALE) * (k_scale[:, None] * q_scale[None, :])
     return _relu_terms(acc, w)
@@ -299,7 +302,7 @@ def _query_codes(q_v_ptr, q_row_v, q_ok, qk):
 @gluon.jit
 def _query_operand(codes, rel, layout: gl.constexpr):
     """Two NVMMA-shared fp8 [NH, C] query operands: `codes` (_query_codes) folded at `rel` ([NH, C])."""
-    q1, q2 = _fold_bytes_ptx(codes, _table_byte(rel))
+    q1, q2 = fold_bytes_ptx(codes, table_byte(rel))
     op1 = gl.allocate_shared_memory(gl.float8e4nv, q1.shape, layout, q1.to(gl.float8e4nv, bitcast=True))
     op2 = gl.allocate_shared_memory(gl.float8e4nv, q2.shape, layout, q2.to(gl.float8e4nv, bitcast=True))
     fence_async_shared()
@@ -315,7 +318,7 @@ def _half_columns(ctx_ptr, w_ptr, b, stride_ctx_b, stride_w_r, stride_qs_b, stri
     col = gl.arange(0, MN, layout=COL) + half * MN
     col_n = col // H_PAD
     col_ok = (col_n < N) & (col % H_PAD < H)
-    vis = _visible(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
+    vis = visible_lengths(ctx_ptr, b, stride_ctx_b, col_n, N, CTX_2D, cap)
     w = gl.load(w_ptr + (b * N + col_n) * stride_w_r + col % H_PAD, mask=col_ok, other=0.0,
                 eviction_policy=KEEP_IN_L2)
     return col_n, col_ok, vis, w, b * stride_qs_b + col_n * stride_qs_n + (col % H_PAD) * stride_qs_h
@@ -329,7 +332,7 @@ def _fold_weights(q_s_ptr, q_col_s, col_ok, w, c, G: gl.constexpr):
     for g in gl.static_range(1, G):
         sq_max = gl.maximum(sq_max, gl.load(q_s_ptr + q_col_s + g, mask=col_ok, other=E8M0_ONE,
                                             eviction_policy=KEEP_IN_L2).to(gl.int32))
-    return gl.where(sq_max == E8M0_NAN, float("nan"), w * _exp2_int(sq_max - c))
+    return gl.where(sq_max == E8M0_NAN, float("nan"), w * exp2_int(sq_max - c))
 
 
 @gluon.jit
@@ -392,10 +395,10 @@ def paged_keys_m_wgmma_kernel(
         q_nan = sq_max == E8M0_NAN
         q_wide = gl.max((q_ok & ~q_nan & (sq_max - gl.min(qs, axis=1) > FOLD_SPAN)).to(gl.int32), axis=0) > 0
         c = gl.max(gl.where(q_ok & ~q_nan, sq_max, 0), axis=0)
-        c_factor = _exp2_int(c + 127 - FOLD_KEY_BIAS)
+        c_factor = exp2_int(c + 127 - FOLD_KEY_BIAS)
         if SPLITS == 1:     # the query rows' largest scales, moved to the columns
             sq_max_col = gl.convert_layout(sq_max, COL)
-            w_fold0 = gl.where(sq_max_col == E8M0_NAN, float("nan"), w0 * _exp2_int(sq_max_col - c))
+            w_fold0 = gl.where(sq_max_col == E8M0_NAN, float("nan"), w0 * exp2_int(sq_max_col - c))
             w_fold1 = w_fold0
         else:               # MN of the NH rows per half: loaded again per column
             w_fold0 = _fold_weights(q_s_ptr, q_col_s0, col_ok0, w0, c, G)
@@ -431,7 +434,7 @@ def paged_keys_m_wgmma_kernel(
                                         out_ptr, tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
                 wide_keys = _score_tile(codes3, sw3, first, i + 3, wide_keys, blk, c_factor, qop1, qop2, cols,
                                         out_ptr, tok_o, b, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS)
-        wide_tiles = gl.reduce(wide_keys, 0, _bit_or)
+        wide_tiles = gl.reduce(wide_keys, 0, bit_or)
 
         # the exact pass: every key of a wide query, else the wide keys of the tiles that hold one
         if q_wide | (wide_tiles != 0):
@@ -442,7 +445,7 @@ def paged_keys_m_wgmma_kernel(
                 if q_wide | (((wide_tiles >> i) & 1) != 0):
                     codes, sw, met = _key_tile(cache_ptr, bt_row, first + i, rows, byte, num_pages, max_pages,
                                                num_cache_pages, page_stride, vis_max, met, A, P, D, TILED, HAS_FLAG)
-                    sk_max, sk_min = _scale_max_min(sw, G)
+                    sk_max, sk_min = scale_max_min(sw, G)
                     redo = (sk_max != E8M0_NAN) & (sk_max - sk_min > FOLD_SPAN)
                     redo = gl.convert_layout(redo | q_wide, gl.SliceLayout(1, mma))
                     # keys not redone keep the fold loop's logits (a bad page's: NaN)
@@ -452,21 +455,19 @@ def paged_keys_m_wgmma_kernel(
                                   tok, b, col_n0, col_n1, vis0, vis1, stride_out_r, mma, G, N, N_PAD, H_PAD, SPLITS,
                                   True)
         if HAS_FLAG:
-            _report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
+            report_pages(flag_ptr, b, chunk, vis_max, max_pages, num_cache_pages, met, P)
 
 
 # ============================================================================================ launcher
 @dataclasses.dataclass(frozen=True)
 class WgmmaSettings(LaunchSettings):
-    """Constexprs and launch options of paged_keys_m_wgmma_kernel; `fallback`: the `tl` fold kernel's settings
-    where this kernel does not cover the call (covers()), else None."""
+    """Constexprs and launch options of paged_keys_m_wgmma_kernel."""
 
     n_pad: int
     h_pad: int
     tiles: int          # 64-key tiles per program, even
     pdl: bool
     maxnreg: int | None     # None: ptxas chooses
-    fallback: km.KeysMSettings | None = None
 
 
 def covers(head_dim: int, next_n: int, num_heads: int, tiled: bool, device) -> bool:
@@ -526,17 +527,17 @@ def gluon_settings(call: DecodeCall) -> WgmmaSettings:
 
 
 def takes_grid(batch: int, cap: int, query_columns: int, sms: int) -> bool:
-    """Whether the variant runs a launch this kernel covers here rather than in the `tl` fold: always up to
-    MMA_COLUMNS query columns; at more where the grid holds at least WIDE_MIN_TILES_PER_SLOT 64-key tiles per
-    resident program."""
+    """Whether the default (takes) runs a launch this kernel covers here rather than in the `tl` fold: always up
+    to MMA_COLUMNS query columns; at more where the grid holds at least WIDE_MIN_TILES_PER_SLOT 64-key tiles per
+    resident program. A launch that names this variant runs it either way."""
     regs = maxnreg(query_columns)
     return regs == MAXNREG or (batch * triton.cdiv(cap, KEYS.value)
                                >= WIDE_MIN_TILES_PER_SLOT * programs_per_sm(regs) * sms)
 
 
 def takes(call: DecodeCall) -> bool:
-    """Whether this kernel runs `call` rather than the `tl` fold (hw.variants.DEFAULTS' row for NVIDIA MXFP4 decode):
-    it covers the call and takes_grid. A call of shapes only (no `out`): True."""
+    """Whether the default runs `call` in this kernel rather than in mxfp4_keys_m's `tl` fold (hw.variants.DEFAULTS'
+    row for NVIDIA MXFP4 decode): it covers the call and takes_grid. A call of shapes only (no `out`): True."""
     out = getattr(call, "out", None)
     if out is None:
         return True
@@ -545,28 +546,33 @@ def takes(call: DecodeCall) -> bool:
             and takes_grid(call.q_v.shape[0], call.cap, n_pad * h_pad, sm_count(out.device)))
 
 
-def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
-    """The variant's settings for `call`: gluon_settings where it takes the call, else the `tl` fold kernel's
-    (`fallback`, for a launch that names this variant; the default launch takes the `tl` fold variant itself
-    there). A call of shapes only: gluon_settings'."""
-    if takes(call):
-        return gluon_settings(call)
-    out = call.out
+def check_covers(call: DecodeCall) -> None:
+    """NotCovered (a ValueError) when this kernel does not cover `call` (covers()): what it covers, what the call
+    has, and that the default (variant=None) takes such calls to mxfp4_keys_m. A call of shapes only (no `out`)
+    passes."""
+    out = getattr(call, "out", None)
+    if out is None or covers(call.head_dim, call.next_n, call.num_heads, call.tiled, out.device):
+        return
     n_pad, h_pad = _padded(call.next_n, call.num_heads)
-    grid = (call.q_v.shape[0], call.cap, sm_count(out.device)) if out.device.type == "cuda" else None
-    return WgmmaSettings(n_pad, h_pad, MIN_TILES, True, None, fallback=km.keys_m_settings(
-        Target.NVIDIA, "mxfp4", call.num_heads, call.next_n, call.page_size, path="fold", grid=grid))
+    capability = nvidia_capability(out.device)
+    device = f"{out.device} (" + ("not an NVIDIA GPU" if capability is None else "sm_{}{}".format(*capability)) + ")"
+    raise NotCovered(
+        f"variant 'mxfp4_keys_m_wgmma' covers sm_{CAPABILITY[0]}{CAPABILITY[1]} devices, head dim in {HEAD_DIMS} "
+        f"and at most {MAX_QUERY_COLUMNS} padded query columns (N_PAD * H_PAD); this call has {device}, head dim "
+        f"{call.head_dim} and {n_pad} x {h_pad} = {n_pad * h_pad} query columns (next_n {call.next_n}, "
+        f"{call.num_heads} heads). variant=None (the defaults table, `mxidx variants`) runs mxfp4_keys_m for "
+        f"such calls")
+
+
+def wgmma_settings(call: DecodeCall) -> WgmmaSettings:
+    """The variant's settings for `call`: gluon_settings on every call this kernel covers, whatever takes_grid
+    says (that is the default's choice, hw.variants.DEFAULTS); NotCovered (check_covers) on any other."""
+    check_covers(call)
+    return gluon_settings(call)
 
 
 def launch(c: DecodeCall, s: WgmmaSettings) -> None:
-    """launch_paged_keys_m's contract for MXFP4 (its docstring); the `tl` fold kernel where s.fallback is set."""
-    if s.fallback is not None:
-        km.launch_paged_keys_m(c.q_v, c.q_s, c.kv_cache, c.weights, c.context_lens, c.block_table, c.out,
-                               cap=c.cap, page_stride=c.page_stride, num_cache_pages=c.num_cache_pages,
-                               next_n=c.next_n, num_heads=c.num_heads, head_dim=c.head_dim, page_size=c.page_size,
-                               kv_dtype="mxfp4", tiled=c.tiled, target=Target.NVIDIA, path="fold",
-                               settings=s.fallback, error_flag=c.error_flag)
-        return
+    """launch_paged_keys_m's contract for MXFP4 (its docstring), on a call this kernel covers (wgmma_settings)."""
     if s.tiles % 2 or not 0 < s.tiles <= MAX_TILES.value:
         raise ValueError(f"tiles must be even, 2..{MAX_TILES.value}, got {s.tiles}")
     batch = c.q_v.shape[0]
@@ -623,4 +629,5 @@ VARIANT = Variant(
     settings=lambda target, call: wgmma_settings(call), launch=launch,
     precision=lambda head_dim, target: km.declared_precision("mxfp4", head_dim, target, "fold"),
     isa_specs=lambda: tuple(isa_spec(*shape, **options) for *shape, options in ISA_SHAPES),
-    summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (tl fold elsewhere)")
+    summary="Hopper: mxfp4_keys_m's fold in Gluon, codes loaded into the wgmma A registers (sm_90, D 64 / 128, "
+            "up to 128 query columns)")

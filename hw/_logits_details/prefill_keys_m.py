@@ -23,10 +23,10 @@ after them are stored by two store-only loops, after the key loop of the program
 p's block p; the same grid) or, with the setting clean_apart (MXFP4 on NVIDIA, where the scorer without those loops
 has no stack frame), by clean_outside_kernel after the scorer.
 
-MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported):
+MXFP4 q.k paths (constexpr MX_MODE; the arithmetic is mxfp4_fold's):
   MX_FOLD_PTX / MX_FOLD_TL (NVIDIA / the interpreter): paged_keys_m's "fold". Every e2m1 code becomes one exact
       e4m3 byte with its block's E8M0 scale folded in relative to the key's (query row's) largest block scale,
-      e4m3(e2m1 * 2^(rel + 6)) for -FOLD_SPAN <= rel <= 0; D >= 64 converts the code bytes in paged_keys_m's split
+      e4m3(e2m1 * 2^(rel + 6)) for -FOLD_SPAN <= rel <= 0; D >= 64 converts the code bytes in mxfp4_fold's split
       K order and puts its two K = D/2 operands side by side, D = 32 keeps the natural order: one K = D FP8 MMA.
       The keys are converted once, by fold_keys_kernel into a scratch copy (D + 4 bytes per key) that every
       program's key loop reads like FP8 keys; each program converts its own query rows once. Then
@@ -37,10 +37,10 @@ MXFP4 q.k paths (constexpr MX_MODE, paged_keys_m's conversion helpers, imported)
       int32 flag that it met one (or that one of its query rows spans more, in which case its fold loop does not
       run). A second launch of the kernel (EXACT_PASS; the same grid, more warps) returns at once for a program
       with no flag and otherwise rescores those keys, overwriting them (every key of [first, end) for a wide
-      query row), through paged_keys_m's exact fallback (D/32 exact block sums, E8M0 factors in fp32), so that
+      query row), through mxfp4_fold's exact pass (D/32 exact block sums, E8M0 factors in fp32), so that
       the fold loop carries no fallback (the exact pass, one fp32 tile more per key tile, runs on twice the
       warps). A wide key outside [lo, hi) does not raise the flag. The fold is exact while |w_h| * 2^(sqmax_h - c) is
-      0 or at least 2^-126 and 2^(skmax + c - 266) lies in [2^-149, 2^127] (paged_keys_m's scaling range).
+      0 or at least 2^-126 and 2^(skmax + c - 266) lies in [2^-149, 2^127] (mxfp4_fold's scaling range).
   MX_DOT_SCALED (AMD): tl.dot_scaled(K codes, K scales, "e2m1", Q^T codes, Q scales, "e2m1") on each key tile,
       gfx950's native scaled MFMA for D >= 64 (Triton emits a bf16 MFMA at D = 32), in one launch: no folded copy
       of the keys, no exact pass (the products are summed in fp32 whatever their blocks' scales).
@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from .._error_flag import report_ranges
+from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import MX_BLOCK
 from ..isa_spec import CompileSpec
 from ..targets import LaunchSettings, Op, Target, Variant
@@ -68,28 +69,29 @@ from .common import (
     NVIDIA_FP8_MMA_UNIT_ROUNDOFF,
     UNPROMOTED_FP8_MMA_UNIT_ROUNDOFF,
 )
-from .paged_keys_m import (
-    E8M0_NAN,
+from .mxfp4_fold import (
     E8M0_ONE,
     EXACT_REL,
-    FMT_FP8,
-    FMT_MXFP4,
     FOLD_KEY_BIAS,
     FOLD_SPAN,
     MIN_SPLIT_K,
     MX_DOT_SCALED,
     MX_FOLD_PTX,
     MX_FOLD_TL,
+    bytes_to_words,
+    d8_broadcast,
+    exp2_int,
+    fold_codes,
+    fold_split,
+    mx_exact_scores,
+)
+from .paged_keys_m import (
+    FMT_FP8,
+    FMT_MXFP4,
     PATH_TARGETS,
-    _bytes_to_words,
-    _check_path,
-    _d8_broadcast,
-    _dot,
-    _exp2_int,
-    _fold,
-    _fold_split,
-    _head_sum,
-    _mx_exact_scores,
+    check_path,
+    head_sum,
+    promoted_dot,
 )
 
 WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
@@ -206,7 +208,7 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
     else:
         k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :])
         k_scale = tl.load(k_s_ptr + cols * stride_ks_t)
-    logits = _head_sum(_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
+    logits = head_sum(promoted_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
     _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
@@ -224,7 +226,7 @@ def _scaled_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, jb, g_idx, qt
     else:
         kv = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :])                        # [BLOCK_K, D/2]
         ksc = tl.load(k_s_ptr + cols[:, None] * stride_ks_t + g_idx[None, :])                    # [BLOCK_K, D/32]
-    logits = _head_sum(tl.dot_scaled(kv, ksc, "e2m1", qt, qs, "e2m1"), w, BLOCK_Q, H_PAD)
+    logits = head_sum(tl.dot_scaled(kv, ksc, "e2m1", qt, qs, "e2m1"), w, BLOCK_Q, H_PAD)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
     _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
@@ -247,10 +249,10 @@ def _fold_tile(k8_ptr, kmeta_ptr, k0, t, d, qt, w_fold, c, ks, ke, lo, hi, out_c
     else:
         meta = tl.load(kmeta_ptr + cols)
         k8 = tl.load(k_at)
-    acc = _dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
+    acc = promoted_dot(k8.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K)
     sk_max = meta & 0xFF
-    k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), _exp2_int(sk_max + c - FOLD_KEY_BIAS))
-    logits = _head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
+    k_factor = tl.where(sk_max == E8M0_NAN, float("nan"), exp2_int(sk_max + c - FOLD_KEY_BIAS))
+    logits = head_sum(acc, w_fold, BLOCK_Q, H_PAD) * k_factor[:, None]
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
     _store_tile(out_cols, cols, logits, visible, row_in, cols < SK, SK, CLEAN, not MASKED)
     return (meta >> KEY_WIDE_SHIFT) & ((cols >= lo) & (cols < hi)).to(tl.int32)
@@ -273,7 +275,7 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
     k_v: codes [SK, D/2], k_s: E8M0 [SK, D/32] (strides in elements, innermost contiguous). Writes
       k8 uint8 [SK, D], key j's K = D operand: the e4m3 bytes e2m1 * 2^(rel + 6) (rel = its block's scale minus
           the key's largest, floored at -FOLD_SPAN); D >= 64: bytes [0, D/2) and [D/2, D) are the first and
-          second K = D/2 operand of paged_keys_m's split K order, D = 32: the natural order;
+          second K = D/2 operand of mxfp4_fold's split K order, D = 32: the natural order;
       kmeta int32 [SK]: bits 0-7 the key's largest block scale sk_max (E8M0_NAN: a NaN key), bit KEY_WIDE_SHIFT
           set when its scales span more than FOLD_SPAN binades (and it is not NaN): the fold flushed its low
           blocks and the exact pass rescores it.
@@ -291,9 +293,9 @@ def fold_keys_kernel(k_v_ptr, k_s_ptr, k8_ptr, kmeta_ptr, SK, stride_kv_t, strid
     tl.store(kmeta_ptr + cols, sk_max | (wide.to(tl.int32) << KEY_WIDE_SHIFT), mask=ok)
     k_rel = tl.maximum(ksc - sk_max[:, None], -FOLD_SPAN)
     if D >= 2 * MIN_SPLIT_K:
-        k8 = _operand_cat(*_fold_split(kb, _d8_broadcast(k_rel, D // 2), MX_MODE))
+        k8 = _operand_cat(*fold_split(kb, d8_broadcast(k_rel, D // 2), MX_MODE))
     else:
-        k8 = _fold(_bytes_to_words(kb), k_rel, MX_MODE)
+        k8 = fold_codes(bytes_to_words(kb), k_rel, MX_MODE)
     d = tl.arange(0, D)
     tl.store(k8_ptr + cols[:, None] * D + d[None, :], k8, mask=ok[:, None])
 
@@ -382,12 +384,12 @@ def prefill_keys_m_kernel(
         q_nan = sq_max == E8M0_NAN
         q_wide = tl.max((col_ok & ~q_nan & (sq_max - tl.min(qs, axis=1) > FOLD_SPAN)).to(tl.int32))     # 0 | 1
         c = tl.max(tl.where(col_ok & ~q_nan, sq_max, 0))
-        w_fold = tl.where(q_nan, float("nan"), w * _exp2_int(sq_max - c))
+        w_fold = tl.where(q_nan, float("nan"), w * exp2_int(sq_max - c))
         q_rel = tl.maximum(qs - sq_max[:, None], -FOLD_SPAN)
         if D >= 2 * MIN_SPLIT_K:        # the two K = D/2 operands of the split order, side by side (as k8)
-            q8 = _operand_cat(*_fold_split(q_bytes, _d8_broadcast(q_rel, D // 2), MX_MODE))
+            q8 = _operand_cat(*fold_split(q_bytes, d8_broadcast(q_rel, D // 2), MX_MODE))
         else:
-            q8 = _fold(_bytes_to_words(q_bytes), q_rel, MX_MODE)
+            q8 = fold_codes(bytes_to_words(q_bytes), q_rel, MX_MODE)
         qt = tl.trans(q8).to(tl.float8e4nv, bitcast=True)                                         # [D, NQ]
 
         # the fold loop over fold_keys_kernel's operands: every key is stored; the exact pass overwrites the wide
@@ -416,7 +418,7 @@ def prefill_keys_m_kernel(
             q_bytes = tl.load(q_v_ptr + q_row_v[:, None] + jb[None, :], mask=col_ok[:, None], other=0)
             qs = tl.load(q_s_ptr + q_row_s[:, None] + g_idx[None, :], mask=col_ok[:, None],
                          other=E8M0_ONE).to(tl.int32)
-            q_exact = tl.trans(_fold(_bytes_to_words(q_bytes), tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))
+            q_exact = tl.trans(fold_codes(bytes_to_words(q_bytes), tl.full(qs.shape, EXACT_REL, tl.int32), MX_MODE))
             q_wide = (flags & WIDE_QUERY) != 0
             for k0 in tl.range(first, hi, BLOCK_K, num_stages=1):
                 cols = k0 + t
@@ -427,9 +429,9 @@ def prefill_keys_m_kernel(
                 exact = tl.where(q_wide, True, (sk_max != E8M0_NAN) & (sk_max - tl.min(ksc, axis=1) > FOLD_SPAN))
                 if tl.max(exact.to(tl.int32)) > 0:
                     kb = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + jb[None, :], mask=k_ok[:, None], other=0)
-                    s = _mx_exact_scores(_bytes_to_words(kb), ksc, q_exact, qs, MX_MODE)
+                    s = mx_exact_scores(bytes_to_words(kb), ksc, q_exact, qs, MX_MODE)
                     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-                    _store_tile(out_cols, cols, _head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN,
+                    _store_tile(out_cols, cols, head_sum(s, w, BLOCK_Q, H_PAD), visible, row_in, exact, SK, CLEAN,
                                 False)
 
 
@@ -455,7 +457,7 @@ def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_
     MMA columns of TILES_WIDE (TILES) where H fits (BLOCK_Q = 1 above), at least MMA_MIN_ROWS. MXFP4: on `path`
     ("fold" | "dot_scaled"; default DEFAULT_PATH[target]); ValueError for an unknown path or one that does not run on
     the target, or a path given for FP8."""
-    path = _check_path(kv_dtype, target, path)
+    path = check_path(kv_dtype, target, path)
     wide = TILES_WIDE.get((target, kv_dtype)) if head_dim <= TILES_WIDE_MAX_D else None
     columns, block_k, num_warps, num_stages = wide or TILES[target]
     h_pad = triton.next_power_of_2(num_heads)

@@ -6,8 +6,8 @@ import dataclasses
 
 from ..targets import Op, Target, Variant, sm_count
 from . import column_order, radix_fast
-from .radix_fast import FAST_MAX_WIDTH, ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
-from .variants import PER_ROW, TopKCall
+from .radix_fast import ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
+from .variants import TopKCall
 
 #: the on-chip column-order kernel's candidate tile: faster than radix_fast.ROW_CAP's 1024 at every shape measured
 #: on the H200 (docs/perf/h200-topk.md, "Column order")
@@ -19,8 +19,6 @@ COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
     if call.sorted:
         radix_fast._launch(call.logits, call.lengths, call.starts, call.out, tiling)
-    elif call.logits.shape[1] > FAST_MAX_WIDTH:   # a group of the long path would not fit a candidate program
-        PER_ROW.launch(call, PER_ROW.settings(Target.NVIDIA, call))
     else:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
@@ -31,7 +29,9 @@ def _in_columns(tiling: FastTiling, width: int) -> FastTiling:
 
 
 def _settings(target: Target, call) -> FastTiling:
+    """The launch constants of `call`; NotCovered for rows wider than FAST_MAX_WIDTH (radix_fast.check_width)."""
     rows, width = call.logits.shape
+    radix_fast.check_width(width)
     nvidia = target is Target.NVIDIA
     tiling = fast_tiling(width, call.k, pdl=nvidia, rows=rows,
                          sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
@@ -55,7 +55,8 @@ def _isa_specs() -> tuple:
 
 
 #: every target; on AMD the default of sorted=False only (hw.variants.DEFAULTS): its column-order kernels compile
-#: for gfx950 without scratch (docs/perf/isa-gfx950.md); the sorted form's are cross-compiled for sm_90 only
+#: for gfx950 without scratch (docs/perf/isa-gfx950.md); the sorted form's are cross-compiled for sm_90 only. Rows of
+#: at most FAST_MAX_WIDTH columns (wider ones: NotCovered; hw.variants.DEFAULTS gives them to per_row)
 VARIANT = Variant(
     name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset(Target),
     settings=_settings, launch=_launch, precision=None, isa_specs=_isa_specs,

@@ -70,9 +70,8 @@ import triton.language as tl
 
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import LaunchSettings, Target
+from ..targets import LaunchSettings, NotCovered
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
-from .variants import PER_ROW, TopKCall
 
 FAST_MAX_K = 4096        # the selecting program partitions all K_PAD selected composites in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
@@ -83,7 +82,7 @@ MIN_LONG_CAP = 1024      # candidates of the long path: 2 * K_PAD (tau lets thro
 MAX_LONG_CAP = 8192      # ... within these bounds
 STREAM_BLOCK = 2048      # columns per candidate program and streaming chunk of the long path (at least a group) ...
 MAX_BLOCK = 4096         # ... at most: the widest tile measured and cross-compiled (ISA_SHAPES' widest row)
-FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # wider rows (groups wider than MAX_BLOCK) go to the per-row kernel
+FAST_MAX_WIDTH = TILE_W * MAX_BLOCK   # widest row: a wider one's groups would be wider than MAX_BLOCK
 TAU_SLACK_DIV = 16       # the long path stops narrowing tau once at most k_eff + CAP / 16 maxima are >= tau
 SEGMENT = 128            # the ordering splits the selection into ranges of about SEGMENT composites per program ...
 SEGMENT_SAMPLES = 16     # ... between splitters from a sample of SEGMENT_SAMPLES per range
@@ -850,19 +849,26 @@ def top_k_radix_fast(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.
       out      int32 [rows, k] contiguous, same device: receives column indices ordered by (value desc, column
                asc), padded with -1
     Sync-free and CUDA-graph safe: grids and scratch sizes come from shapes only. Rows wider than FAST_MAX_WIDTH
-    (2^25) columns go to the per-row kernel (hw/_topk_details/variants.py's per_row), with the same results.
+    (2^25) columns raise hw.targets.NotCovered (check_width) before any launch: the per_row variant takes them.
     """
+    check_width(logits.shape[1])
     _launch(logits, lengths, starts, out, fast_tiling(logits.shape[1], k))
+
+
+def check_width(width: int) -> None:
+    """NotCovered (a ValueError) for rows wider than FAST_MAX_WIDTH columns (a group of the long path would not fit
+    a candidate program), naming per_row, which takes them, and variant=None, which picks it for them."""
+    if width > FAST_MAX_WIDTH:
+        raise NotCovered(f"variant 'radix_fast' takes rows of at most FAST_MAX_WIDTH = {FAST_MAX_WIDTH} columns, "
+                         f"got {width}; variant='per_row' takes wider rows, and variant=None (the defaults table, "
+                         f"`mxidx variants`) runs per_row for them")
 
 
 def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
             tiling: FastTiling) -> None:
-    """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply)."""
+    """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply), on rows
+    of at most FAST_MAX_WIDTH columns (check_width)."""
     (rows, width), k = logits.shape, out.shape[1]
-    if width > FAST_MAX_WIDTH:   # a group of the long path would not fit a candidate program
-        call = TopKCall(logits, lengths, starts, out)
-        PER_ROW.launch(call, PER_ROW.settings(Target.NVIDIA, call))
-        return
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
                   num_warps=tiling.num_warps, **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}))

@@ -365,3 +365,19 @@ def test_paged_output_width_must_fit_int32_columns(device):
     args = _paged_args(device)
     with pytest.raises(ValueError, match=re.escape("max_context_len = 1000000000000 is past the int32 column")):
         hw.fp8_fp4_paged_mqa_logits(**{**args, "max_context_len": 10 ** 12})
+
+
+def test_named_gluon_scorer_refuses_a_call_it_does_not_cover(monkeypatch, device):
+    """The paged launcher, its target made NVIDIA's, with variant="mxfp4_keys_m_wgmma" on CPU tensors (not an
+    sm_90 device): NotCovered, a ValueError naming the default's mxfp4_keys_m, before any kernel runs (the
+    clean_logits fill included)."""
+    if device.type != "cpu":
+        pytest.skip("the call is built on CPU tensors, which only the interpreter takes")
+    import hw.logits
+    from hw.targets import NotCovered, Target
+    monkeypatch.setattr(hw.logits, "scorer_target", lambda device: Target.NVIDIA)
+    fills = []
+    monkeypatch.setattr(torch.Tensor, "fill_", lambda self, value: fills.append(value))
+    with pytest.raises(NotCovered, match="covers sm_90 devices.*not an NVIDIA GPU.*runs mxfp4_keys_m"):
+        hw.fp8_fp4_paged_mqa_logits(**_paged_args(device), clean_logits=True, variant="mxfp4_keys_m_wgmma")
+    assert fills == []

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 import sim.layout
+from hw._logits_details import mxfp4_fold
 from hw._logits_details import paged_keys_m as km
 from hw._logits_details import paged_keys_m_wgmma as wgmma
 from hw._logits_details.calls import DecodeCall
@@ -291,7 +292,7 @@ def test_fold_loop_wide_keys_match_reference(case: Case, path, device):
 def test_cases_exercise_the_fallback():
     """The span cases really contain keys / query rows outside the fold's exact range (and one exactly at it)."""
     spans = [s for c in CASES for _, s in c.spans]
-    assert km.FOLD_SPAN.value in spans and any(s > km.FOLD_SPAN.value for s in spans)
+    assert mxfp4_fold.FOLD_SPAN.value in spans and any(s > mxfp4_fold.FOLD_SPAN.value for s in spans)
     assert any(c.wide_query for c in CASES)
 
 
@@ -400,11 +401,11 @@ def _fold_probe(words_ptr, rel_ptr, out_ptr, R: tl.constexpr, W: tl.constexpr, M
     r = tl.arange(0, R)
     words = tl.load(words_ptr + r[:, None] * W + tl.arange(0, W)[None, :])
     rel = tl.load(rel_ptr + r[:, None] * (W // 4) + tl.arange(0, W // 4)[None, :])
-    tl.store(out_ptr + r[:, None] * (8 * W) + tl.arange(0, 8 * W)[None, :], km._fold(words, rel, MX_MODE))
+    tl.store(out_ptr + r[:, None] * (8 * W) + tl.arange(0, 8 * W)[None, :], mxfp4_fold.fold_codes(words, rel, MX_MODE))
 
 
 def _fold(words: np.ndarray, rel: np.ndarray, mode, device) -> np.ndarray:
-    """km._fold on int32 words [R, W] and rel [R, W/4] -> uint8 [R, 8W]."""
+    """mxfp4_fold.fold_codes on int32 words [R, W] and rel [R, W/4] -> uint8 [R, 8W]."""
     out = torch.empty((words.shape[0], 8 * words.shape[1]), dtype=torch.uint8, device=device)
     _fold_probe[(1,)](torch.from_numpy(words).to(device), torch.from_numpy(rel).to(device), out,
                       R=words.shape[0], W=words.shape[1], MX_MODE=mode)
@@ -429,8 +430,8 @@ def test_fold_is_exact_e2m1_times_scale(device):
     natural element order; with the portable conversion and, on NVIDIA, the inline PTX."""
     words, rel, codes = _all_codes_and_rels()
     want = E2M1_VALUES[codes] * np.exp2(rel[:, :1] + 6.0)
-    modes = [km.MX_FOLD_TL] + ([km.MX_FOLD_PTX] if target_of(device, km.paged_keys_m_kernel) is Target.NVIDIA
-                               else [])
+    nvidia = target_of(device, km.paged_keys_m_kernel) is Target.NVIDIA
+    modes = [mxfp4_fold.MX_FOLD_TL] + ([mxfp4_fold.MX_FOLD_PTX] if nvidia else [])
     for mode in modes:
         got = sim_fp8.decode_e4m3(_fold(words, rel, mode, device))
         np.testing.assert_array_equal(got, want)
@@ -488,25 +489,25 @@ def test_fold_ptx_equals_the_portable_conversion(device):
     """FOLD_PTX, emulated instruction by instruction, gives the portable conversion's bytes (which the test above
     proves exact) for every code at every position and rel."""
     words, rel, _ = _all_codes_and_rels()
-    d = ((rel[:, :1] + km.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)
+    d = ((rel[:, :1] + mxfp4_fold.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)
     lo = d * np.uint32(0x01010100) + np.uint32(0x0C080000)
     hi = d * np.uint32(0x01010101) + np.uint32(0x1C181410)
-    regs = _emulate_ptx(km.FOLD_PTX.value, {"$2": words.view(np.uint32), "$3": np.broadcast_to(lo, words.shape),
+    regs = _emulate_ptx(mxfp4_fold.FOLD_PTX.value, {"$2": words.view(np.uint32), "$3": np.broadcast_to(lo, words.shape),
                                             "$4": np.broadcast_to(hi, words.shape)})
     out_words = np.stack([regs["$0"], regs["$1"]], axis=-1).reshape(words.shape[0], -1)   # natural order
     np.testing.assert_array_equal(out_words.view(np.uint8).reshape(words.shape[0], -1),
-                                  _fold(words, rel, km.MX_FOLD_TL, device))
+                                  _fold(words, rel, mxfp4_fold.MX_FOLD_TL, device))
 
 
 def test_split_fold_ptx_equals_the_portable_conversion(device):
     """FOLD_BYTES_PTX, emulated, gives _fold_split's portable bytes (split K order) for every
     code at every position and rel; the portable split fold holds the natural fold's bytes, reordered."""
     words, rel, _ = _all_codes_and_rels()
-    d = ((rel[:, :1] + km.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)              # one block's d per row
+    d = ((rel[:, :1] + mxfp4_fold.FOLD_TABLE_BIAS.value) << 3).astype(np.uint32)              # one block's d per row
     dx = np.broadcast_to(d * np.uint32(0x01010101), words.shape)
-    natural = _fold(words, rel, km.MX_FOLD_TL, device).reshape(words.shape[0], -1, 2, 4)   # [R, W, half, 4]
+    natural = _fold(words, rel, mxfp4_fold.MX_FOLD_TL, device).reshape(words.shape[0], -1, 2, 4)   # [R, W, half, 4]
     want = [natural[:, :, 0].reshape(words.shape[0], -1), natural[:, :, 1].reshape(words.shape[0], -1)]
-    byte_regs = _emulate_ptx(km.FOLD_BYTES_PTX.value, {"$2": words.view(np.uint32), "$3": dx})
+    byte_regs = _emulate_ptx(mxfp4_fold.FOLD_BYTES_PTX.value, {"$2": words.view(np.uint32), "$3": dx})
     got = _fold_split_probe(words, rel, device)
     for half, reg in enumerate(("$0", "$1")):
         np.testing.assert_array_equal(got[half], want[half])
@@ -518,14 +519,14 @@ def _fold_split_probe_kernel(words_ptr, rel_ptr, out_ptr, R: tl.constexpr, W: tl
     r = tl.arange(0, R)
     codes = tl.load(words_ptr.to(tl.pointer_type(tl.uint8)) + r[:, None] * (4 * W) + tl.arange(0, 4 * W)[None, :])
     rel = tl.load(rel_ptr + r[:, None] * (W // 4) + tl.arange(0, W // 4)[None, :])
-    first, second = km._fold_split(codes, km._d8_broadcast(rel, 4 * W), km.MX_FOLD_TL)
+    first, second = mxfp4_fold.fold_split(codes, mxfp4_fold.d8_broadcast(rel, 4 * W), mxfp4_fold.MX_FOLD_TL)
     cols = r[:, None] * (4 * W) + tl.arange(0, 4 * W)[None, :]
     tl.store(out_ptr + cols, first)
     tl.store(out_ptr + R * 4 * W + cols, second)
 
 
 def _fold_split_probe(words: np.ndarray, rel: np.ndarray, device) -> np.ndarray:
-    """km._fold_split (portable) on the codes of int32 words [R, W] with rel [R, W/4] -> uint8 [2, R, 4W]."""
+    """mxfp4_fold.fold_split (portable) on the codes of int32 words [R, W] with rel [R, W/4] -> uint8 [2, R, 4W]."""
     out = torch.empty((2, words.shape[0], 4 * words.shape[1]), dtype=torch.uint8, device=device)
     _fold_split_probe_kernel[(1,)](torch.from_numpy(words).to(device), torch.from_numpy(rel).to(device), out,
                                    R=words.shape[0], W=words.shape[1])
@@ -553,13 +554,13 @@ def test_declared_precision():
 def test_settings_depend_on_shapes_only():
     """Tiles, and so the grid (B, programs per sequence), come from H, N, P and cap, never from context values."""
     s = km.keys_m_settings(Target.NVIDIA, "mxfp4", 32, 1, 64)
-    assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (1, 32, 1, 8, 4, km.MX_FOLD_PTX)
+    assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (1, 32, 1, 8, 4, mxfp4_fold.MX_FOLD_PTX)
     s = km.keys_m_settings(Target.INTERPRETER, "fp8", 3, 2, 16)     # the interpreter's tiles of 512 keys
     assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 32, 1)
     s = km.keys_m_settings(Target.AMD, "fp8", 3, 2, 16)
     assert (s.n_pad, s.h_pad, s.tile_pages, s.tiles) == (2, 8, 4, 4)
     s = km.keys_m_settings(Target.AMD, "mxfp4", 128, 1, 256, tokens_per_program=64)
-    assert (s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (128, 1, 1, 8, km.MX_DOT_SCALED)
+    assert (s.h_pad, s.tile_pages, s.tiles, s.num_warps, s.mx_mode) == (128, 1, 1, 8, mxfp4_fold.MX_DOT_SCALED)
     # 128 query rows: 4 warps on NVIDIA (timed faster there), 8 on AMD (4 spill on gfx950)
     assert km.keys_m_settings(Target.NVIDIA, "mxfp4", 64, 2, 64).num_warps == 4
     assert km.keys_m_settings(Target.AMD, "fp8", 64, 2, 64).num_warps == 8

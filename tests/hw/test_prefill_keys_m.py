@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from hw._logits_details import mxfp4_fold
 from hw._logits_details import prefill_keys_m as pk
 from hw._logits_details.calls import PrefillCall
 from hw.logits import scorer_target
@@ -216,7 +217,7 @@ def test_cases_exercise_what_they_claim():
     """The span cases plant keys at the fold's limit and past it (the exact fallback), wide and NaN query rows,
     empty rows, unclamped ranges, every head dim, H from 1 to 64 and ranges ending at key-tile edges."""
     spans = [s for c in CASES for _, s in c.spans]
-    assert pk.FOLD_SPAN.value in spans and any(s > pk.FOLD_SPAN.value for s in spans)
+    assert mxfp4_fold.FOLD_SPAN.value in spans and any(s > mxfp4_fold.FOLD_SPAN.value for s in spans)
     assert any(c.wide_query for c in CASES) and any(c.nan_query for c in CASES if c.kv_dtype == "mxfp4")
     assert {c.head_dim for c in CASES} == {32, 64, 128, 256} and {1, 64} <= {c.heads for c in CASES}
     assert any(ks >= ke for c in CASES for ks, ke in c.ranges)
@@ -256,7 +257,7 @@ def test_nvidia_settings(kv_dtype, heads, head_dim, block_q, h_pad, stages):
     4 warps, no FP8 promotion; declared u = 2^-12 (unpromoted Hopper FP8 MMA), n = D."""
     s = pk.keys_m_prefill_settings(Target.NVIDIA, kv_dtype, heads, head_dim)
     assert (s.block_q, s.h_pad, s.block_k, s.num_warps, s.num_stages) == (block_q, h_pad, 64, 4, stages)
-    assert s.exact_warps == 8 and s.mx_mode == pk.MX_FOLD_PTX.value and s.promote_k == pk.FP8_PROMOTE_K == 0
+    assert s.exact_warps == 8 and s.mx_mode == mxfp4_fold.MX_FOLD_PTX.value and s.promote_k == pk.FP8_PROMOTE_K == 0
     assert s.clean_apart == (kv_dtype == "mxfp4")
     assert pk.declared_precision(128, Target.NVIDIA) == (128, 2.0 ** -12)
     assert pk.declared_precision(64, Target.INTERPRETER) == (64, 2.0 ** -24)

@@ -22,7 +22,7 @@ import hw
 from hw._topk_details import column_order, radix_fast
 from hw._topk_details import fast as topk_fast
 from hw._topk_details.radix_fast import FastTiling
-from hw.targets import Target
+from hw.targets import NotCovered, Target
 from sim.topk import top_k as sim_top_k
 from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
 from tests.sim._assert import assert_exact
@@ -205,19 +205,29 @@ def test_long_path_tie_spread_over_candidate_programs(device):
                  "top-k indices (a tie trimmed across candidate programs)")
 
 
-def test_rows_wider_than_the_long_path_go_to_per_row(device, monkeypatch):
-    """Past FAST_MAX_WIDTH (lowered here) the launcher runs the per-row kernel instead: the same results."""
+@pytest.mark.parametrize("sorted_", [True, False], ids=["sorted", "columns"])
+def test_rows_wider_than_the_long_path_are_refused(device, monkeypatch, sorted_):
+    """Past FAST_MAX_WIDTH (lowered here) top_k_radix_fast and a launch that names radix_fast raise NotCovered
+    (a ValueError naming per_row and variant=None) before any kernel runs: `out` keeps its bytes. Without a name
+    the call runs the default, the same results as sim."""
     monkeypatch.setattr(radix_fast, "FAST_MAX_WIDTH", 300)
-    launched = []
-    per_row = radix_fast.PER_ROW
-    monkeypatch.setattr(radix_fast, "PER_ROW",
-                        dataclasses.replace(per_row, launch=lambda *a: launched.append(a) or per_row.launch(*a)))
     x = np.random.default_rng(5).standard_normal((3, 301)).astype(np.float32)
+    logits = torch.from_numpy(x).to(device)
     lengths = torch.tensor([301, 200, 0], dtype=torch.int32, device=device)
-    out = torch.empty((3, 40), dtype=torch.int32, device=device)
-    radix_fast.top_k_radix_fast(torch.from_numpy(x).to(device), lengths, None, 40, out)
-    assert len(launched) == 1
-    assert_exact(out.cpu().numpy(), sim_top_k(x, 40, ends=np.array([301, 200, 0])), "top-k indices (per-row)")
+    out = torch.full((3, 40), 7, dtype=torch.int32, device=device)
+    refused = [lambda: hw.top_k_per_row(logits, lengths, 40, out=out, sorted=sorted_, variant="radix_fast")]
+    if sorted_:
+        refused.append(lambda: radix_fast.top_k_radix_fast(logits, lengths, None, 40, out))
+    for launch in refused:
+        with pytest.raises(NotCovered, match="FAST_MAX_WIDTH = 300 columns, got 301; variant='per_row'.*variant=None"):
+            launch()
+        assert bool((out == 7).all())
+    want = sim_top_k(x, 40, ends=np.array([301, 200, 0]))
+    if not sorted_:     # the same selection in column order, the -1 padding last
+        want = np.sort(np.where(want < 0, x.shape[1], want), axis=1)
+        want[want == x.shape[1]] = -1
+    got = hw.top_k_per_row(logits, lengths, 40, sorted=sorted_).cpu().numpy()
+    assert_exact(got, want, "top-k indices (the default)")
 
 
 def test_launch_constants():

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 import hw.variants as hv
 from hw._logits_details import paged_keys_m_wgmma
+from hw._topk_details import fast as topk_fast
 from hw._topk_details.radix_fast import FAST_MAX_WIDTH
-from hw.targets import Op, Target
+from hw.targets import NotCovered, Op, Target
 from tools.cli import main
 
 FORMATS = {Op.DECODE: ("fp8", "mxfp4"), Op.PREFILL: ("fp8", "mxfp4"), Op.TOPK: (None,)}
@@ -55,6 +56,51 @@ def test_mxfp4_decode_on_nvidia_takes_the_tl_fold_where_gluon_does_not_run_the_c
                                q_v=torch.empty(64, 1), cap=8192)
     assert not paged_keys_m_wgmma.takes(cpu_call)
     assert hv.select(Op.DECODE, Target.NVIDIA, "mxfp4", call=cpu_call).name == "mxfp4_keys_m"
+
+
+def _decode_call(head_dim=128, next_n=1, heads=32, batch=64, cap=8192):
+    """A DecodeCall's shapes on CPU tensors (out's device is what covers() asks about)."""
+    return SimpleNamespace(out=torch.empty(1), head_dim=head_dim, next_n=next_n, num_heads=heads, tiled=False,
+                           q_v=torch.empty(batch, 1), cap=cap)
+
+
+def test_named_gluon_scorer_runs_every_call_it_covers_and_refuses_the_others(monkeypatch):
+    """variant="mxfp4_keys_m_wgmma" (its settings, which run before any launch) on an sm_90 stand-in: the Gluon
+    kernel's settings on every call it covers, also at 128 query columns on a grid too short for the default row;
+    NotCovered, naming what it covers, what the call has and the default's mxfp4_keys_m, on any other call."""
+    settings = paged_keys_m_wgmma.VARIANT.settings
+    monkeypatch.setattr(paged_keys_m_wgmma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(paged_keys_m_wgmma, "nvidia_capability", lambda device: (9, 0))
+    assert settings(Target.NVIDIA, _decode_call()).maxnreg == paged_keys_m_wgmma.MAXNREG
+    short = _decode_call(heads=128, batch=1, cap=64)       # 128 query columns, one tile
+    assert not paged_keys_m_wgmma.takes(short)
+    assert hv.select(Op.DECODE, Target.NVIDIA, "mxfp4", call=short).name == "mxfp4_keys_m"
+    assert settings(Target.NVIDIA, short).maxnreg == paged_keys_m_wgmma.WIDE_MAXNREG
+    for call, has in ((_decode_call(head_dim=32), "head dim 32"), (_decode_call(head_dim=256), "head dim 256"),
+                      (_decode_call(next_n=4, heads=64), "= 256 query columns")):
+        with pytest.raises(NotCovered, match=has) as refused:
+            settings(Target.NVIDIA, call)
+        assert "variant=None" in str(refused.value) and "runs mxfp4_keys_m" in str(refused.value)
+        assert hv.select(Op.DECODE, Target.NVIDIA, "mxfp4", call=call).name == "mxfp4_keys_m"
+    monkeypatch.setattr(paged_keys_m_wgmma, "nvidia_capability", lambda device: (10, 0))
+    with pytest.raises(NotCovered, match=r"covers sm_90 devices.*\(sm_100\)"):
+        settings(Target.NVIDIA, _decode_call())
+    monkeypatch.undo()          # a CPU device: not an NVIDIA GPU
+    with pytest.raises(ValueError, match="not an NVIDIA GPU"):
+        settings(Target.NVIDIA, _decode_call())
+    assert settings(Target.NVIDIA, SimpleNamespace(next_n=1, num_heads=32)).tiles   # shapes only: the bench shape
+
+
+@pytest.mark.parametrize("sorted_", [True, False], ids=["sorted", "columns"])
+def test_named_radix_fast_refuses_rows_wider_than_its_long_path(sorted_):
+    """variant="radix_fast"'s settings (before any launch, from the shape): rows of FAST_MAX_WIDTH columns pass,
+    wider ones raise NotCovered naming per_row and variant=None, in both forms."""
+    def call(width):
+        return SimpleNamespace(logits=SimpleNamespace(shape=(4, width), is_cuda=False), k=64, sorted=sorted_)
+    assert topk_fast.VARIANT.settings(Target.NVIDIA, call(FAST_MAX_WIDTH)).tile_w
+    with pytest.raises(NotCovered, match=f"at most FAST_MAX_WIDTH = {FAST_MAX_WIDTH} columns, got "
+                                         f"{FAST_MAX_WIDTH + 1}; variant='per_row'.*variant=None"):
+        topk_fast.VARIANT.settings(Target.NVIDIA, call(FAST_MAX_WIDTH + 1))
 
 
 def test_mxidx_variants_prints_the_table():
