@@ -12,6 +12,7 @@ kernel runs (the rows here, not the variants, send a call to another variant). `
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -96,6 +97,7 @@ def _named(op: Op, name: str) -> Variant | None:
     return next((v for v in REGISTRY[op] if v.name == name), None)
 
 
+@functools.lru_cache(maxsize=None)   # every default launch asks (host time); DEFAULTS is a constant
 def defaults(op: Op, target: Target, kv_dtype: str | None = None) -> tuple[Default, ...]:
     """The rows of DEFAULTS for (op, target, kv_dtype), in precedence order."""
     return tuple(d for d in DEFAULTS if d.op is op and d.target is target and d.kv_dtype == kv_dtype)

@@ -51,6 +51,7 @@ Declared precision (DESIGN §4's n and u): declared_precision().
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -451,6 +452,7 @@ class KeysMPrefillSettings(LaunchSettings):
     clean_apart: bool   # clean_logits: the columns outside each program's key tiles by clean_outside_kernel
 
 
+@functools.lru_cache(maxsize=256)   # pure, and asked on every launch (host time)
 def keys_m_prefill_settings(target: Target, kv_dtype: str, num_heads: int, head_dim: int,
                             path: str | None = None) -> KeysMPrefillSettings:
     """The default settings on `target` for `kv_dtype` inputs, H = num_heads and D = head_dim: BLOCK_Q * H_PAD = the

@@ -34,6 +34,8 @@ Per row:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -299,15 +301,14 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     starts_arg = lengths if starts is None else starts
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                  **pdl)
+    common = _common_constexprs(tiling, k, starts is not None)
     if width <= tiling.tile_w:
         cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile,
             TIERS=row_tiers(tile, tiling.tiers), num_warps=tiling.num_warps,
-            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common)
+            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
     gsize = group_size(width, tiling.tile_w)
     assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
@@ -332,7 +333,13 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
         CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, BLOCK=tiling.block,
-        num_warps=tiling.num_warps, **common)
+        num_warps=tiling.num_warps, **common, **pdl)
+
+
+# the constexprs of a launch, asked on every launch: cached (host time; the dict returned is only unpacked)
+@functools.lru_cache(maxsize=256)
+def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool) -> dict:
+    return dict(HAS_STARTS=has_starts, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap))
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs

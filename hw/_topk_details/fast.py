@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..targets import Op, Target, Variant, sm_count
 from . import column_order, radix_fast
@@ -33,9 +34,14 @@ def _settings(target: Target, call) -> FastTiling:
     rows, width = call.logits.shape
     radix_fast.check_width(width)
     nvidia = target is Target.NVIDIA
-    tiling = fast_tiling(width, call.k, pdl=nvidia, rows=rows,
-                         sms=sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0)
-    return tiling if call.sorted else _in_columns(tiling, width)
+    return _tiling(width, call.k, nvidia, rows, sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0,
+                   call.sorted)
+
+
+@functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
+def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool) -> FastTiling:
+    tiling = fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms)
+    return tiling if by_value else _in_columns(tiling, width)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
