@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ._logits_details import paged_keys_m, paged_keys_m_wgmma, prefill_keys_m
 from ._topk_details import fast as topk_fast
+from ._topk_details import radix_fast as topk_radix
 from ._topk_details import variants as topk_variants
 from ._topk_details.radix_fast import FAST_MAX_WIDTH
 from .isa_spec import CompileSpec
@@ -58,7 +59,7 @@ _INTERPRETER_AS_NVIDIA = "the structure and arithmetic NVIDIA runs, so that CPU 
 #: top-k rows too wide for radix_fast
 _WIDE_ROWS = dict(why="radix_fast's long path holds at most 4096 columns per group",
                   condition=f"rows wider than 2^{FAST_MAX_WIDTH.bit_length() - 1} columns (FAST_MAX_WIDTH)",
-                  applies=lambda call: call.logits.shape[1] > FAST_MAX_WIDTH)
+                  applies=lambda call: not topk_radix.covers_width(call.logits.shape[1]))
 
 #: What runs without `variant=`, in precedence order (the first row that applies wins). Conditional rows come
 #: before the unconditional one of their (op, target, kv_dtype): a fallback is a row here, with its condition.

@@ -29,6 +29,9 @@ def variants(every_target: bool, device: str):
         return any(v.name == row.variant and v.runs_on(row.target) for v in hv.REGISTRY[row.op])
 
     here = scorer_target(device)
+    if device == "cpu" and here is not Target.INTERPRETER:   # hw was imported (in this process) before the choice
+        raise click.BadParameter("this process already imported hw's compiled kernels, so the CPU cannot run them: "
+                                 "run `mxidx variants --device cpu` in a fresh process", param_hint="--device")
     rows = hv.DEFAULTS if every_target else tuple(d for d in hv.DEFAULTS if d.target is here)
     scope = "every target" if every_target else f"this machine: {here.value}"
     click.echo(f"defaults ({scope}; triton {triton.__version__}): the first row that applies wins")

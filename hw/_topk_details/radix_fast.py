@@ -855,10 +855,15 @@ def top_k_radix_fast(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.
     _launch(logits, lengths, starts, out, fast_tiling(logits.shape[1], k))
 
 
+def covers_width(width: int) -> bool:
+    """Whether rows of `width` columns fit the long path: at most FAST_MAX_WIDTH (read when asked)."""
+    return width <= FAST_MAX_WIDTH
+
+
 def check_width(width: int) -> None:
     """NotCovered (a ValueError) for rows wider than FAST_MAX_WIDTH columns (a group of the long path would not fit
     a candidate program), naming per_row, which takes them, and variant=None, which picks it for them."""
-    if width > FAST_MAX_WIDTH:
+    if not covers_width(width):
         raise NotCovered(f"variant 'radix_fast' takes rows of at most FAST_MAX_WIDTH = {FAST_MAX_WIDTH} columns, "
                          f"got {width}; variant='per_row' takes wider rows, and variant=None (the defaults table, "
                          f"`mxidx variants`) runs per_row for them")

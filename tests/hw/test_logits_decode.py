@@ -15,8 +15,9 @@ import torch
 
 import hw
 import sim.layout
+from hw._logits_details import paged_keys_m_wgmma
 from hw.logits import declared_precision, scorer_target
-from hw.targets import Op
+from hw.targets import NotCovered, Op
 from hw.testing import host_to_device, torch_cache_view
 from sim import scorer
 from sim.testing import case_rng, make_geometry, sim_quantize
@@ -148,6 +149,12 @@ def check_paged_case(case: DecodeCase, variant, device, launch_settings=None):
         pytest.skip(f"variant {variant} does not run on {scorer_target(device).value}")
     rng = case_rng(str(case))
     args, (q_ref, pool, geom, w_ref, ctx, bt) = _run(case, device, rng)
+    if variant == paged_keys_m_wgmma.VARIANT.name and not paged_keys_m_wgmma.covers(
+            case.head_dim, case.next_n, case.heads, case.layout == "mxfp4_tiled", device):
+        # a named variant never hands a call on: the call is refused before anything runs
+        with pytest.raises(NotCovered, match="runs mxfp4_keys_m"):
+            hw.fp8_fp4_paged_mqa_logits(**args, variant=variant, launch_settings=launch_settings)
+        return
     out = hw.fp8_fp4_paged_mqa_logits(**args, variant=variant, launch_settings=launch_settings)
     n, u = declared_precision(Op.DECODE, case.kv_dtype, case.head_dim, device, variant)
     rows = len(case.contexts) * case.next_n

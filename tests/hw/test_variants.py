@@ -103,8 +103,14 @@ def test_named_radix_fast_refuses_rows_wider_than_its_long_path(sorted_):
         topk_fast.VARIANT.settings(Target.NVIDIA, call(FAST_MAX_WIDTH + 1))
 
 
-def test_mxidx_variants_prints_the_table():
-    everywhere = CliRunner().invoke(main, ["variants", "--all", "--device", "cpu"])
+def test_mxidx_variants_prints_the_table(device, monkeypatch):
+    from hw.logits import scorer_target
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)   # --device cpu sets it: restored after the test
+
+    flag = ["--device", "cpu" if device.type == "cpu" else "cuda"]
+    here_target = scorer_target(device).value
+    everywhere = CliRunner().invoke(main, ["variants", "--all", *flag])
     assert everywhere.exit_code == 0, everywhere.output
     for row in hv.DEFAULTS:
         lines = [ln for ln in everywhere.output.splitlines()
@@ -112,11 +118,11 @@ def test_mxidx_variants_prints_the_table():
         when = row.condition or ("otherwise" if any(r.condition for r in hv.defaults(row.op, row.target,
                                                                                       row.kv_dtype)) else "always")
         assert any(ln.endswith(when) or when in ln for ln in lines), f"no line for {row}: {lines}"
-    here = CliRunner().invoke(main, ["variants", "--device", "cpu"])
-    assert here.exit_code == 0 and "this machine: interpreter" in here.output
+    here = CliRunner().invoke(main, ["variants", *flag])
+    assert here.exit_code == 0 and f"this machine: {here_target}" in here.output
     table = here.output.split("registered variants")[0].splitlines()[2:]
     targets = {ln.split()[1] for ln in table if ln.split()[:1] in (["decode"], ["prefill"], ["topk"])}
-    assert targets == {"interpreter"}, table
+    assert targets == {here_target}, table
     for op, registered in hv.REGISTRY.items():
         for v in registered:
             assert f"{op.value:8s} {v.name:26s}" in here.output
@@ -151,3 +157,12 @@ def test_every_variants_settings_share_one_schema():
                     settings.replace(no_such_field=1)
                 checked += 1
     assert checked >= sum(len(r) for r in hv.REGISTRY.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a process whose kernels are compiled for a GPU")
+def test_mxidx_variants_on_the_cpu_after_compiled_kernels_is_a_clear_error(monkeypatch):
+    """In a process that imported hw's compiled kernels, --device cpu cannot be honoured: a clear error, not the
+    GPU's table under the CPU's name."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)   # --device cpu sets it: restored after the test
+    result = CliRunner().invoke(main, ["variants", "--device", "cpu"])
+    assert result.exit_code == 2 and "run `mxidx variants --device cpu` in a fresh process" in result.output

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 import hw
@@ -103,9 +104,13 @@ def test_planted_scorer_error_fails(device, monkeypatch):
 
     def off_by_a_little(*args, **kw):
         out = real(*args, **kw)
-        # row 3 (context 40) column 0 is visible; 1e-2 relative is far outside the fp32 bound, whose
-        # gamma = (n + H + 2) 2^-24 is < 1e-5 even with the interpreter's dot_scaled n = D
-        out[-1, 0] *= 1 + 1e-2
+        # the largest finite logit (a visible one, nonzero: a planted factor must change it), off by half: far
+        # outside every declared bound here, whose gamma = (n + H + 2) u is about 0.017 at the largest u (2^-12,
+        # the NVIDIA MXFP4 fold's; D 64, H 3) and below 1e-5 at fp32's u
+        flat = out.view(-1)
+        largest = torch.where(torch.isfinite(flat), flat.abs(), 0.0).argmax()
+        assert flat[largest] != 0
+        flat[largest] *= 1.5
         return out
 
     monkeypatch.setattr(hw, "fp8_fp4_paged_mqa_logits", off_by_a_little)
