@@ -51,6 +51,8 @@ from .radix_fast import (
     _META_COUNT,
     _META_GROUPS,
     _META_TAU,
+    _RANK_BITS,
+    _RANK_MASK,
     _SIGN_BIT,
     _TAU_TYPES,
     FastTiling,
@@ -58,7 +60,6 @@ from .radix_fast import (
     _count_ge_stream,
     _group_max_kernel,
     _narrow,
-    _ranks,
     _row_range,
     _tau_kernel,
     group_size,
@@ -71,15 +72,71 @@ from .radix_fast import (
 
 # ------------------------------------------------------------------------------------------------- jit helpers
 @triton.jit
-def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row):
-    """Store the selected columns of one tile (in column order, after n_above / n_inside earlier keys above /
-    inside [lo, hi]) at their output places; returns the updated (n_above, n_inside)."""
+def _row_columns(base, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """The columns of an on-chip row tile (1-D, TILE = VEC x THREADS x REP): entry e = VEC (THREADS rep + t) + v
+    holds column base + VEC (REP t + rep) + v. Loaded, the tile has Triton's coalesced 1-D layout (VEC entries a
+    thread, THREADS threads, repeated REP times; VEC = 4 when the load is in 16-byte vectors, else 1), so thread t
+    holds the VEC REP adjacent columns from base + VEC REP t, and a prefix in column order needs one scan across the
+    threads (_exclusive_prefix)."""
+    REP: tl.constexpr = TILE // (VEC * THREADS)
+    tl.static_assert(VEC * REP * THREADS == TILE, "an on-chip row tile is VEC x THREADS x REP columns")
+    e = tl.arange(0, TILE)
+    return base + (e // VEC % THREADS) * (VEC * REP) + e // (VEC * THREADS) * VEC + e % VEC
+
+
+@triton.jit
+def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """Exclusive prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else
+    _row_columns' order (the sums of each thread's entries, scanned across the threads, then within the thread)."""
+    if THREADS == 0:
+        return tl.cumsum(flags, 0) - flags
+    else:
+        TILE: tl.constexpr = flags.shape[0]
+        REP: tl.constexpr = TILE // (VEC * THREADS)
+        f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
+        per_rep = tl.sum(f, 2)
+        per_thread = tl.sum(per_rep, 0)
+        before = tl.reshape(tl.cumsum(per_thread, 0) - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+        if VEC == 1:
+            return tl.reshape(before, [TILE])
+        else:
+            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+
+
+@triton.jit
+def _scatter_view(x, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """`x` (a tile of _row_columns when THREADS > 0) reordered so that Triton's layout for a scattered store (one
+    entry a thread, thread = index % THREADS) is where the tile already holds each entry: a store of the views of
+    its pointers, values and mask moves no data between threads. The identity when THREADS is 0 or VEC is 1."""
+    if THREADS == 0 or VEC == 1:
+        return x
+    else:
+        TILE: tl.constexpr = x.shape[0]
+        return tl.reshape(tl.permute(tl.reshape(x, [TILE // (VEC * THREADS), THREADS, VEC]), (0, 2, 1)), [TILE])
+
+
+@triton.jit
+def _load_end(end, width):
+    """One past the last column a row tile loads: `end` rounded up to 16, within the row's `width` columns (read,
+    then masked as not visible). With `width` a multiple of 16 (Triton's argument specialisation tells the compiler)
+    the load's mask is constant over each thread's 4 adjacent columns, which then load as one vector."""
+    return tl.minimum((end + 15) // 16 * 16, width)
+
+
+@triton.jit
+def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS: tl.constexpr,
+                   VEC: tl.constexpr):
+    """Store the selected columns of one tile (in column order as _exclusive_prefix's THREADS and VEC say; after
+    n_above / n_inside earlier keys above / inside [lo, hi]) at their output places; returns the updated (n_above,
+    n_inside)."""
     is_above = key > hi.to(tl.uint32)
     inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    above_rank, inside_rank = _ranks(is_above, inside)
-    inside_rank += n_inside
+    ranks = _exclusive_prefix((is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32), THREADS, VEC)
+    inside_rank = (ranks & _RANK_MASK) + n_inside
     take = is_above | (inside & (inside_rank < need))
-    tl.store(out_row + n_above + above_rank + tl.minimum(inside_rank, need), cols, mask=take)
+    place = out_row + n_above + (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need)
+    tl.store(_scatter_view(place, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
+             mask=_scatter_view(take, THREADS, VEC))
     return n_above + tl.sum(is_above.to(tl.int32), 0), n_inside + tl.sum(inside.to(tl.int32), 0)
 
 
@@ -120,13 +177,13 @@ def _bisect_row(key, lo, hi, ge_lo, above, k_eff, check):
 
 
 @triton.jit
-def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: tl.constexpr, TILE: tl.constexpr,
-                     PROBE_BITS: tl.constexpr):
+def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
+                     TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
-    base .. base + TILE - 1 (base <= start, end - base <= TILE)."""
-    cols = base + tl.arange(0, TILE)
+    base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says."""
+    cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
+    key = _order_key(tl.load(row_ptr + cols, mask=cols < _load_end(end, width), other=0.0), visible)
     lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
     hi = lo * 0 + _KEY_MAX
     ge_lo = end - start
@@ -136,13 +193,14 @@ def _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP: t
         lo, hi, ge_lo, above, check = _bisect_row(key, lo, hi, ge_lo, above, k_eff, check)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-        flags = inside.to(tl.int32)
-        tl.store(cand_row + tl.cumsum(flags, 0) - flags, key.to(tl.int32, bitcast=True), mask=inside)
+        slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)
+        tl.store(_scatter_view(slot, THREADS, VEC), _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC),
+                 mask=_scatter_view(inside, THREADS, VEC))
         tl.debug_barrier()   # the candidates were stored by other threads
         slots = tl.arange(0, CAP)
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
         lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-    _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row)
+    _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
 @triton.jit
@@ -154,7 +212,7 @@ def _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK: t
         cols = off + tl.arange(0, BLOCK)
         visible = cols < end
         key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-        n_above, n_inside = _store_columns(key, cols, lo, hi, k_eff - above, n_above, n_inside, out_row)
+        n_above, n_inside = _store_columns(key, cols, lo, hi, k_eff - above, n_above, n_inside, out_row, 0, 1)
 
 
 @triton.jit
@@ -186,6 +244,8 @@ def _columns_row_kernel(
     K_PAD: tl.constexpr,  # power of two >= k
     TILE_W: tl.constexpr,  # power of two >= width: the row tile held in registers
     TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
+    THREADS: tl.constexpr,  # _row_columns' threads: the program's, at most the narrowest tile / VEC
+    VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (logits, width and row stride 16-aligned), else 1
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     PDL: tl.constexpr,
@@ -202,18 +262,23 @@ def _columns_row_kernel(
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
-        _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
+        _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
+                             VEC, PROBE_BITS)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
-            _columns_on_chip(row_ptr, 0, start, end, k_eff, out_row, cand_row, CAP, TILE_W, PROBE_BITS)
+            _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
+                             VEC, PROBE_BITS)
         elif TIERS == 2:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
+                             VEC, PROBE_BITS)
         elif end - base > TILE_W // 4:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 2, PROBE_BITS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
+                             VEC, PROBE_BITS)
         else:
-            _columns_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, CAP, TILE_W // 4, PROBE_BITS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
+                             VEC, PROBE_BITS)
 
 
 @triton.jit
@@ -273,7 +338,7 @@ def _columns_long_kernel(
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
             lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-            _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row)
+            _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, 0, 1)
         else:   # tau let more than CAP keys through: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
                 mid = lo + ((hi - lo + 1) >> 1)
@@ -305,9 +370,10 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     if width <= tiling.tile_w:
         cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
+        tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](
-            logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile,
-            TIERS=row_tiers(tile, tiling.tiers), num_warps=tiling.num_warps,
+            logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
+            **row_layout(tiling, tile, tiers, vectors(logits)), num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -336,6 +402,20 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         num_warps=tiling.num_warps, **common, **pdl)
 
 
+def vectors(logits: torch.Tensor) -> bool:
+    """Whether the rows of `logits` load in 16-byte vectors: the base, the row stride and the width 16-aligned, as
+    Triton's argument specialisation then tells the compiler (_load_end)."""
+    return logits.data_ptr() % 16 == 0 and logits.stride(0) % 16 == 0 and logits.shape[1] % 16 == 0
+
+
+@functools.lru_cache(maxsize=256)
+def row_layout(tiling: FastTiling, tile: int, tiers: int, vec: bool) -> dict:
+    """_columns_row_kernel's THREADS and VEC: the program's threads (tiling.lanes x num_warps), at most the
+    narrowest tile (tile / 2^(tiers - 1)) / VEC; VEC = 4 with `vec` (vectors()), else 1."""
+    per_thread = 4 if vec else 1
+    return {"THREADS": min(tiling.lanes * tiling.num_warps, (tile >> (tiers - 1)) // per_thread), "VEC": per_thread}
+
+
 # the constexprs of a launch, asked on every launch: cached (host time; the dict returned is only unpacked)
 @functools.lru_cache(maxsize=256)
 def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool) -> dict:
@@ -357,12 +437,17 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
+        tiers = row_tiers(tile, tiling.tiers)
         why = "" if tiling.maxnreg is None else (
             "two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows kernel "
             "(docs/perf/h200-topk-columns.json: maxnreg lever)")
+        # rows of `width` columns, contiguous: Triton specialises width and the row stride as multiples of 16
+        ints = ("width", "stride_row") if width % 16 == 0 else ()
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, types=_COLUMNS_ROW_TYPES,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
-                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)}),)
+                            aligned=(*_COLUMNS_ROW_TYPES, *ints),
+                            constexprs=common | {"TILE_W": tile, "TIERS": tiers,
+                                                 **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)

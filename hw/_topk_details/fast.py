@@ -35,12 +35,12 @@ def _settings(target: Target, call) -> FastTiling:
     radix_fast.check_width(width)
     nvidia = target is Target.NVIDIA
     return _tiling(width, call.k, nvidia, rows, sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0,
-                   call.sorted)
+                   call.sorted, 64 if target is Target.AMD else 32)
 
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
-def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool) -> FastTiling:
-    tiling = fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms)
+def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool, lanes: int) -> FastTiling:
+    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms), lanes=lanes)
     return tiling if by_value else _in_columns(tiling, width)
 
 
@@ -50,8 +50,8 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False)
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
         tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0,
                                          sms=1), width)
-        if target != "sm90":   # register caps are NVIDIA's
-            tiling = dataclasses.replace(tiling, maxnreg=None)
+        if target != "sm90":   # register caps are NVIDIA's; AMD's waves have 64 lanes
+            tiling = dataclasses.replace(tiling, maxnreg=None, lanes=64)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
     return specs
 
