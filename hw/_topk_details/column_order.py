@@ -439,8 +439,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
         why = "" if tiling.maxnreg is None else (
-            "two programs per SM in 128 registers, a few words on the stack, as the sorted form's many-rows kernel "
-            "(docs/perf/h200-topk-columns.json: maxnreg lever)")
+            f"{65536 // (32 * tiling.num_warps * tiling.maxnreg)} programs per SM in {tiling.maxnreg} registers, "
+            "words spilled: faster for many rows than fewer programs per SM (docs/perf/h200-topk-cap.json)")
         # rows of `width` columns, contiguous: Triton specialises width and the row stride as multiples of 16
         ints = ("width", "stride_row") if width % 16 == 0 else ()
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, types=_COLUMNS_ROW_TYPES,

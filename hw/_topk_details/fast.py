@@ -15,6 +15,12 @@ from .variants import TopKCall
 COLUMNS_ROW_CAP = 512
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")
+#: NVIDIA, the on-chip column-order kernel with more rows than SMs: as many programs of 8 warps per SM as there are
+#: rows per SM, up to 3 for row tiles of 8192 columns and 4 for narrower ones, under the register cap that fits them,
+#: each row in the narrower of 2 tiles; at most one row per SM, one uncapped program per SM and one tile
+#: (docs/perf/h200-topk.md, "Adjacent columns per thread")
+COLUMNS_MAXNREG = {2: 128, 3: 80, 4: 64}
+COLUMNS_SHARED_TIERS = 2
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -24,9 +30,18 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _in_columns(tiling: FastTiling, width: int) -> FastTiling:
-    """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path."""
-    return dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP) if width <= tiling.tile_w else tiling
+def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTiling:
+    """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
+    GPU's SMs are known (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG."""
+    if width > tiling.tile_w:
+        return tiling
+    tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
+    if sms <= 0:
+        return tiling
+    per_sm = min(-(-rows // sms), 3 if radix_fast.row_tile(width) > 4096 else 4)
+    if per_sm <= 1:
+        return dataclasses.replace(tiling, maxnreg=None, tiers=1)
+    return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm], tiers=COLUMNS_SHARED_TIERS)
 
 
 def _settings(target: Target, call) -> FastTiling:
@@ -41,15 +56,15 @@ def _settings(target: Target, call) -> FastTiling:
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
 def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool, lanes: int) -> FastTiling:
     tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms), lanes=lanes)
-    return tiling if by_value else _in_columns(tiling, width)
+    return tiling if by_value else _in_columns(tiling, width, rows, sms)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     specs = ()
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
-        tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=MANY_ROWS_PER_SM if many_rows else 0,
-                                         sms=1), width)
+        rows = MANY_ROWS_PER_SM if many_rows else 0   # many rows: COLUMNS_MAXNREG's most programs per SM
+        tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
         if target != "sm90":   # register caps are NVIDIA's; AMD's waves have 64 lanes
             tiling = dataclasses.replace(tiling, maxnreg=None, lanes=64)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))

@@ -275,9 +275,30 @@ def test_register_cap_from_rows_per_sm():
     assert topk_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
 
 
+def test_column_order_programs_per_sm():
+    """sorted=False on NVIDIA: one uncapped program per SM and one tile up to one row per SM; above, as many programs
+    per SM as rows per SM under COLUMNS_MAXNREG's cap (at most 3 with tiles of 8192 columns, 4 with narrower ones),
+    two tiles; no cap without the SM count (AMD) or on the long path; the sorted form keeps radix_fast's."""
+    sms = 132
+
+    def tiling(rows, width=8192, sms=sms, by_value=False):
+        return topk_fast._tiling(width, 2048, sms > 0, rows, sms, by_value, 32 if sms else 64)
+
+    assert (tiling(64).maxnreg, tiling(64).tiers) == (tiling(sms).maxnreg, tiling(sms).tiers) == (None, 1)
+    assert (tiling(sms + 1).maxnreg, tiling(sms + 1).tiers) == (128, topk_fast.COLUMNS_SHARED_TIERS) == (128, 2)
+    assert tiling(2 * sms + 1).maxnreg == tiling(8192).maxnreg == 80
+    assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
+    assert tiling(8192, sms=0).maxnreg is None and tiling(8192, width=8193).maxnreg is None
+    assert tiling(8192, by_value=True).maxnreg == radix_fast.SHARED_SM_MAXNREG
+    threads = radix_fast.ON_CHIP_WARPS * 32
+    for programs, cap in topk_fast.COLUMNS_MAXNREG.items():   # the cap leaves room for that many programs
+        assert programs * threads * cap <= 65536 < (programs + 1) * threads * cap
+
+
 def test_many_rows_kernel_cross_compiles():
-    """Under the installed triton the capped selecting kernel compiles for sm_90 and keeps two programs per SM
-    (`mxidx isa`); its scratch is the spec's measured exception, every other top-k kernel has none."""
+    """Under the installed triton the capped selecting kernels compile for sm_90 and keep their programs per SM
+    (`mxidx isa`: two for the sorted form, three for the column order); their scratch is the specs' measured
+    exception, every other top-k kernel has none."""
     from tools import isa
 
     kernels, missing = isa.report("sm90", kernel="topk_fast")
@@ -286,6 +307,8 @@ def test_many_rows_kernel_cross_compiles():
         assert not k.failures, k
         if k.label.endswith("/many_rows"):
             assert k.occupancy // k.num_warps == 2, k
+        if k.label.endswith("/many_rows/columns"):
+            assert k.occupancy // k.num_warps == 3, k
 
 
 def test_order_segment_overflow(device):
