@@ -26,7 +26,9 @@ def top_k_per_row(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
     out      optional int32 [rows, k], contiguous, on logits' device: filled and returned instead of a new tensor.
     Returns  int32 [rows, k], contiguous: absolute column indices ordered by (value desc, index asc) with
              +inf > finite > -inf > NaN (-0.0 == +0.0; all NaNs equal); a row with fewer than k visible
-             columns is padded with -1. Invisible columns are never read.
+             columns is padded with -1. Invisible columns never change the result: they are not read, but
+             for those that share a 16-byte-aligned group of 4 with a visible one (the column-order kernel's
+             vector loads, rows of 16-aligned logits), whose values are ignored.
     sorted   False: the same selection (bit for bit the same set) in ascending column order, then the -1 padding:
              for consumers that gather the selected keys and need no order; faster (no ordering pass, and rows
              with at most k visible columns are not read).

@@ -116,11 +116,15 @@ def _scatter_view(x, THREADS: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def _load_end(end, width):
-    """One past the last column a row tile loads: `end` rounded up to 16, within the row's `width` columns (read,
-    then masked as not visible). With `width` a multiple of 16 (Triton's argument specialisation tells the compiler)
-    the load's mask is constant over each thread's 4 adjacent columns, which then load as one vector."""
-    return tl.minimum((end + 15) // 16 * 16, width)
+def _load_mask(cols, start, end, width, VEC: tl.constexpr):
+    """The columns of a _row_columns tile to read: the visible ones [start, end) and, with VEC = 4, those sharing a
+    16-byte group of 4 with one (the bounds rounded out to 4, within the row's width; their keys are then masked as
+    not visible). The mask is then constant over each thread's groups of 4 (Triton knows width's divisibility by 16
+    from its argument specialisation), so they load as one vector."""
+    if VEC == 1:
+        return (cols >= start) & (cols < end)
+    else:
+        return (cols >= start // 4 * 4) & (cols < tl.minimum((end + 3) // 4 * 4, width))
 
 
 @triton.jit
@@ -183,7 +187,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says."""
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(row_ptr + cols, mask=cols < _load_end(end, width), other=0.0), visible)
+    key = _order_key(tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0), visible)
     lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
     hi = lo * 0 + _KEY_MAX
     ge_lo = end - start
@@ -404,7 +408,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
 
 def vectors(logits: torch.Tensor) -> bool:
     """Whether the rows of `logits` load in 16-byte vectors: the base, the row stride and the width 16-aligned, as
-    Triton's argument specialisation then tells the compiler (_load_end)."""
+    Triton's argument specialisation then tells the compiler (_load_mask)."""
     return logits.data_ptr() % 16 == 0 and logits.stride(0) % 16 == 0 and logits.shape[1] % 16 == 0
 
 
