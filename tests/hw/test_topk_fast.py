@@ -503,6 +503,35 @@ def test_sorted_false_through_the_launcher(variant: str, device):
                  f"sorted=False ({variant})")
 
 
+@pytest.mark.parametrize("lanes", [32, 64])
+def test_column_order_row_tile_layouts(lanes: int, device):
+    """The on-chip row tile with 16-byte vectors (VEC 4: base, row stride and width 16-aligned) and without (VEC 1:
+    the same logits one column to the right), each column owned by THREADS for 32- and 64-lane warps, one tile and
+    two tiers: the same selection as the oracle's, with ragged starts and poisoned invisible columns."""
+    rows, width, k = 7, 1024, 100
+    rng = np.random.default_rng(5)
+    starts = np.array([0, 3, 17, 250, 600, 1000, 5], dtype=np.int32)
+    ends = np.array([1024, 1021, 900, 251 + k, 1024, 1024, 5 + k + 1], dtype=np.int32)
+    x = rng.standard_normal((rows, width + 1)).astype(np.float32)
+    cols = np.arange(width)
+    hidden = (cols[None] < starts[:, None]) | (cols[None] >= ends[:, None])
+    x[:, 1:][hidden] = rng.choice(POISON, size=int(hidden.sum()))
+    want = in_column_order(sim_top_k(x[:, 1:], k, starts=starts, ends=ends))
+    padded = torch.from_numpy(x).to(device)
+    aligned = torch.zeros((rows, width), dtype=torch.float32, device=device)
+    aligned.copy_(padded[:, 1:])
+    for logits, vec in ((aligned, True), (padded[:, 1:], False)):
+        assert column_order.vectors(logits) is vec
+        for tiers in (1, 2):
+            tiling = dataclasses.replace(radix_fast.fast_tiling(width, k), cap=64, lanes=lanes, tiers=tiers)
+            out = torch.full((rows, k), 12345, dtype=torch.int32, device=device)
+            column_order.launch_columns(logits, torch.from_numpy(ends).to(device), torch.from_numpy(starts).to(device),
+                                        out, tiling)
+            assert_exact(out.cpu().numpy(), want, f"column order, vectors {vec}, {lanes} lanes, {tiers} tiers")
+    assert column_order.row_layout(tiling, 1024, 2, True) == {"THREADS": min(lanes * 8, 128), "VEC": 4}
+    assert column_order.row_layout(tiling, 1024, 1, False) == {"THREADS": lanes * 8, "VEC": 1}
+
+
 def test_column_order_scratch_is_never_trusted(device, monkeypatch):
     """The column-order launches' scratch (candidates, chunk table, group maxima, counts) filled with garbage:
     the results do not change."""
