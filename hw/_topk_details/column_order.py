@@ -19,11 +19,13 @@ Per row:
   on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
                  narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
                  most CAP keys are inside, narrows those to a terminal state on a CAP tile (compacted through
-                 scratch), then stores the selection from the register tile. One read of the row. A round on the
-                 whole tile that goes down from lo = the key of 0.0 without finding a key in the upper half of
-                 [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it, every key left
-                 inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate rows straddling
-                 the k-th place then take a few rounds, not 32).
+                 scratch), then stores the selection from the register tile. One read of the row; each thread
+                 holds adjacent columns of it (_row_columns), so both prefixes in column order are one scan of
+                 the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
+                 upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
+                 every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
+                 rows straddling the k-th place then take a few rounds, not 32).
   long           W > tile_w: radix_fast's group maxima and tau; the keys >= tau (each a candidate) are appended
                  by chunks of qualifying groups, in column order within a chunk, each chunk recording its first
                  slot and its count. The finishing program moves each candidate to its column-order slot (the
