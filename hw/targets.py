@@ -29,6 +29,11 @@ class Target(enum.Enum):
     AMD = "amd"                   #: ROCm GPUs, tuned for gfx950 (native scaled MFMA); cross-compiled as "gfx950"
 
     @property
+    def lanes(self) -> int:
+        """Threads of a warp (a wavefront on AMD's CDNA: 64) on this target."""
+        return 64 if self is Target.AMD else 32
+
+    @property
     def isa_target(self) -> str | None:
         """The cross-compile target of the ISA report (CompileSpec.targets), None for the interpreter."""
         return {Target.NVIDIA: "sm90", Target.AMD: "gfx950"}.get(self)

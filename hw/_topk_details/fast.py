@@ -50,7 +50,7 @@ def _settings(target: Target, call) -> FastTiling:
     radix_fast.check_width(width)
     nvidia = target is Target.NVIDIA
     return _tiling(width, call.k, nvidia, rows, sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0,
-                   call.sorted, 64 if target is Target.AMD else 32)
+                   call.sorted, target.lanes)
 
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
@@ -65,8 +65,8 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False)
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
         rows = MANY_ROWS_PER_SM if many_rows else 0   # many rows: COLUMNS_MAXNREG's most programs per SM
         tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
-        if target != "sm90":   # register caps are NVIDIA's; AMD's waves have 64 lanes
-            tiling = dataclasses.replace(tiling, maxnreg=None, lanes=64)
+        if target != "sm90":   # register caps are NVIDIA's
+            tiling = dataclasses.replace(tiling, maxnreg=None, lanes=Target.AMD.lanes)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
     return specs
 
