@@ -119,14 +119,11 @@ def _scatter_view(x, THREADS: tl.constexpr, VEC: tl.constexpr):
 
 @triton.jit
 def _load_mask(cols, start, end, width, VEC: tl.constexpr):
-    """The columns of a _row_columns tile to read: the visible ones [start, end) and, with VEC = 4, those sharing a
-    16-byte group of 4 with one (the bounds rounded out to 4, within the row's width; their keys are then masked as
-    not visible). The mask is then constant over each thread's groups of 4 (Triton knows width's divisibility by 16
-    from its argument specialisation), so they load as one vector."""
-    if VEC == 1:
-        return (cols >= start) & (cols < end)
-    else:
-        return (cols >= start // 4 * 4) & (cols < tl.minimum((end + 3) // 4 * 4, width))
+    """The columns of a _row_columns tile to read: the visible ones [start, end) (end <= width) and those sharing an
+    aligned group of VEC with one (the bounds rounded out to VEC, within the row's width; their keys are then masked
+    as not visible). With VEC = 4 the mask is constant over each thread's groups of 4 (Triton knows width's
+    divisibility by 16 from its argument specialisation), so they load as one 16-byte vector."""
+    return (cols >= start // VEC * VEC) & (cols < tl.minimum((end + VEC - 1) // VEC * VEC, width))
 
 
 @triton.jit
