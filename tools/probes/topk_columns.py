@@ -3,13 +3,14 @@ its levers are worth, on one GPU in one run. Times: medians of CUDA-graph replay
 
     python3 -m tools.probes.topk_columns OUT.json
 
-Rows: 64 x 8192 and 64 x 131072 (decode), 132 / 1056 x 8192 full rows, the 8192 causal rows of a prompt's prefill
-(row i sees i + 1 keys), and the same causal rows without the 2048 short ones (what the short rows cost); N(0, 1)
-and ReLU-degenerate rows (70 % exact zeros: a threshold tie larger than any candidate tile). Levers, by launch
-settings of the radix_fast variant: the register tiers of many rows (tiers 1 / 3), the register cap (maxnreg
-128 / none), the on-chip candidate tile (cap 512 / 1024 / 2048). Every lever's output is checked equal to the
-default's. The decode step: the default FP8 and MXFP4 scorers alone, with the column-order top-k, with the sorted
-one.
+Rows: 64 x 8192 and 64 x 131072 (decode), 132 / 264 / 528 / 1056 x 8192 full rows, the 8192 causal rows of a
+prompt's prefill (row i sees i + 1 keys), the same causal rows without the 2048 short ones (what the short rows
+cost) and the 4096 causal rows of a 4096-token prompt; N(0, 1) and ReLU-degenerate rows (70 % exact zeros: a
+threshold tie larger than any candidate tile). Levers, by launch settings of the radix_fast variant, on the on-chip
+path: programs per SM for more rows than SMs (one uncapped program and one tile; a register cap of 128 / 80 / 64
+for 2 / 3 / 4 programs of 8 warps, with 2 tiles, 80 also with 3; fast.COLUMNS_MAXNREG), and the candidate tile (cap
+256 / 1024). Every lever's output is checked equal to the default's. The decode step: the default FP8 and MXFP4
+scorers alone, with the column-order top-k, with the sorted one.
 """
 import json
 import sys
@@ -44,7 +45,8 @@ def main(out_path):
         print(json.dumps(row), flush=True)
 
     shapes = [("decode", 64, 8192, False), ("decode", 64, 131072, False), ("full", 132, 8192, False),
-              ("full", 1056, 8192, False), ("causal", 8192, 8192, True), ("causal_long_rows", 6144, 8192, True)]
+              ("full", 264, 8192, False), ("full", 528, 8192, False), ("full", 1056, 8192, False),
+              ("causal", 8192, 8192, True), ("causal_long_rows", 6144, 8192, True), ("causal", 4096, 4096, True)]
     for name, n, width, causal in shapes:
         for kind in ("normal", "relu"):
             x = rows(n, width, kind)
@@ -65,10 +67,11 @@ def main(out_path):
                    torch_topk_us=torch_us, torch_unsorted_us=torch_unsorted, columns_vs_torch=cols_us / torch_us,
                    columns_equal_sorted_selection=same)
             levers = []
-            if width <= 8192 and n >= 1056:
-                levers += [{"tiers": 1}, {"maxnreg": None}, {"tiers": 1, "maxnreg": None}]
+            if width <= 8192 and n > torch.cuda.get_device_properties(0).multi_processor_count:
+                levers += [{"maxnreg": None, "tiers": 1}, {"maxnreg": 128, "tiers": 2}, {"maxnreg": 80, "tiers": 2},
+                           {"maxnreg": 80, "tiers": 3}, {"maxnreg": 64, "tiers": 2}]
             if width <= 8192:
-                levers += [{"cap": 512}, {"cap": 2048}]
+                levers += [{"cap": 256}, {"cap": 1024}]
             for lever in levers:
                 us, out = time_topk(x, lengths, False, inner, **lever)
                 record(shape=name, rows=n, width=width, values=kind, lever=lever, columns_us=us,
