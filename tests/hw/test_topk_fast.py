@@ -41,7 +41,7 @@ class Case:
     width: int
     k: int
     lengths: tuple[int, ...]              # one per row; may be < 0 or > width (the kernels clamp)
-    values: str = "normal"                # "normal" | "ties" | "special" | "ascending" | "equal" | "edges"
+    values: str = "normal"   # "normal" | "ties" | "special" | "ascending" | "equal" | "edges" | "relu" | "spread"
     starts: tuple[int, ...] | None = None
     row_gap: int = 0                      # extra (poisoned) elements between rows: row stride = width + row_gap
 
@@ -108,6 +108,12 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
         x[rng.random((rows, stride)) < 0.8] = 0.0
         x[rng.random((rows, stride)) < 0.05] = -0.0
         x[rng.random((rows, stride)) < 0.01] = -1.0
+    elif case.values == "spread":   # what defeats secant probes: heavy tails, distant clusters, denormals, ties
+        x = (rng.choice([-1.0, 1.0], (rows, stride)) * np.exp(rng.standard_normal((rows, stride)) * 20.0))
+        cluster = rng.integers(0, 4, (rows, stride))
+        x = np.where(cluster == 1, 1e30 + rng.integers(0, 3, (rows, stride)) * 1e24, x)
+        x = np.where(cluster == 2, rng.integers(1, 4, (rows, stride)) * 1e-45, x)
+        x = np.clip(x, -3e38, 3e38).astype(np.float32)
     else:
         x = np.full((rows, stride), 0.75, dtype=np.float32)
     starts, ends = _clamped_ranges(case)
@@ -430,6 +436,7 @@ COLUMN_CASES = [
     # zeros inside [lo, hi] on the way)
     Case("relu_zeros", 3000, 2048, (3000, 2800, 2049, 2048, 1500, 400), values="relu"),
     Case("relu_positive", 3000, 300, (3000, 2999, 1700, 301), values="relu"),
+    Case("spread", 3000, 700, (3000, 2999, 1500, 701, 702), values="spread"),
 ]
 
 
@@ -472,6 +479,20 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
     assert_exact(_columns(x, case, tiling, device),
                  in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
                  f"column-order top-k ({case.name}, tiers)")
+
+
+@pytest.mark.parametrize("secant_rounds", [0, 1, 3])
+def test_column_order_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
+    """The on-chip rounds with fewer secant probes than the launcher's (0: halvings of the key interval only), so
+    the halvings take over from a secant step's state: the same selection."""
+    monkeypatch.setattr(column_order, "SECANT_ROUNDS", secant_rounds)
+    for case in (CASES[1], CASES[2], *COLUMN_CASES[2:]):
+        rng = np.random.default_rng(sum(map(ord, case.name)))
+        x = _logits(case, rng)
+        starts, ends = _clamped_ranges(case)
+        assert_exact(_columns(x, case, None, device),
+                     in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
+                     f"column-order top-k ({case.name}, {secant_rounds} secant rounds)")
 
 
 def test_column_order_long_tie_over_chunks(device):
