@@ -17,12 +17,15 @@ Per row:
   visible <= k   every visible column, start .. end - 1, then -1: the row is not read (the short rows of a
                  causal prefill, about k of them per prompt).
   on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
-                 narrowest of radix_fast's tiers, the longest rows first) and narrows on the whole tile to a
-                 terminal state (_narrow_to_terminal): the interval starts at the row's least and largest keys,
-                 its ends stay keys of the row, and the probes are secant steps on the counts before they halve
-                 the key interval. It then stores the selection from the tile. One read of the row, no scratch;
-                 each thread holds adjacent columns of it (_row_columns), so the prefixes in column order are one
-                 scan of the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
+                 most CAP keys are inside, narrows those to a terminal state on a CAP tile (compacted through
+                 scratch), then stores the selection from the register tile. One read of the row; each thread
+                 holds adjacent columns of it (_row_columns), so both prefixes in column order are one scan of
+                 the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
+                 upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
+                 every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
+                 rows straddling the k-th place then take a few rounds, not 32).
   long           W > tile_w: radix_fast's group maxima and tau; the keys >= tau (each a candidate) are appended
                  by chunks of qualifying groups, in column order within a chunk, each chunk recording its first
                  slot and its count. The finishing program moves each candidate to its column-order slot (the
@@ -69,9 +72,8 @@ from .radix_fast import (
     row_tile,
 )
 
-#: the on-chip rounds' secant probes before they halve the key interval (_narrow_to_terminal): smooth rows close in
-#: a few of them; rows that defeat them (heavy tails, distant clusters) then take at most 32 halvings
-SECANT_ROUNDS = 16
+#: the rounds on a whole row tile: secant probes before they halve the key interval (_narrow_on_row)
+SECANT_ROUNDS = 8
 
 # ------------------------------------------------------------------------------------------------- jit helpers
 @triton.jit
@@ -186,39 +188,34 @@ def _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant):
 
 
 @triton.jit
-def _narrow_to_terminal(key, visible, n, k_eff, SECANT_ROUNDS: tl.constexpr):
-    """Narrow a row tile holding every key of the row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) to a
-    terminal state; returns (lo, hi, above) of the module docstring.
+def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
+    """Narrow a row tile holding every key of the row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until
+    the state is terminal or at most CAP keys are inside; returns (lo, hi, ge_lo, above) of the module docstring.
 
-    The interval starts at the row's least and largest keys. Each round counts the keys at or above a probe and,
-    in the same pass, finds the nearest keys on both sides of it, so both ends are always keys of the row: a
-    tie closes as soon as nothing else is left inside, whatever gap surrounds it. The first SECANT_ROUNDS probes
-    are secant steps on the counts (_probe; an end kept twice in a row has its weight halved, so both ends move),
-    the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's
-    the first probe is the next key up: it tells at once whether the k_eff-th key is a 0.0 (ReLU-degenerate rows,
-    thousands of exact zeros straddling the k-th place)."""
-    hi_key = tl.max(key, 0)
-    lo_key = tl.min(tl.where(visible, key, _KEY_MAX), 0)
-    lo = lo_key.to(tl.int64)
-    hi = hi_key.to(tl.int64)
+    The interval starts at the row's least and largest keys (no round is spent above or below them). The first
+    SECANT_ROUNDS probes are secant steps on the counts (_probe; an end kept twice in a row has its weight halved, so
+    both ends move), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least
+    key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo = the
+    key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
+    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
+    hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
     above = n * 0
+    check = (lo == _SIGN_BIT).to(tl.int32)
     w_lo = ge_lo.to(tl.float32) * 0 + 1.0
     w_hi = w_lo
     side = above                                 # the end the last secant step kept: 1 lo, -1 hi, 0 none
     rounds = above
-    while (ge_lo != k_eff) & (lo < hi):
-        zeros = (rounds == 0) & (lo == _SIGN_BIT)
-        secant = (rounds < SECANT_ROUNDS) & ~zeros
-        mid = tl.where(zeros, lo + 1, _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant))
-        reach = key >= mid.to(tl.uint32)
-        c = tl.sum(reach.to(tl.int32), 0)
-        below = tl.max(tl.where(reach, 0, key), 0)
-        at = tl.min(tl.where(reach, key, _KEY_MAX), 0)
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        secant = (rounds < SECANT_ROUNDS) & (check == 0)
+        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant))
+        c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
         up = c >= k_eff
-        lo = tl.where(up, at.to(tl.int64), lo)       # the least key at or above the probe: still ge_lo = c
+        check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
+        lo = tl.where(up, mid, lo)
         ge_lo = tl.where(up, c, ge_lo)
-        hi = tl.where(up, hi, below.to(tl.int64))    # the largest key below it: still c keys above
+        hi = tl.where(up, hi, mid - 1)
         above = tl.where(up, above, c)
         kept = tl.where(up, -1, 1)                   # the end that stayed
         halve = secant & (kept == side)
@@ -226,19 +223,28 @@ def _narrow_to_terminal(key, visible, n, k_eff, SECANT_ROUNDS: tl.constexpr):
         w_hi = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == -1), w_hi * 0.5, w_hi))
         side = tl.where(secant, kept, side)
         rounds += 1
-    return lo, hi, above
+    return lo, hi, ge_lo, above
 
 
 @triton.jit
-def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, TILE: tl.constexpr, THREADS: tl.constexpr,
-                     VEC: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
+def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
+                     TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
+                     SECANT_ROUNDS: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
-    base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says:
-    one read of the row, rounds on the tile to a terminal state, the selection stored from the tile."""
+    base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says."""
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0), visible)
-    lo, hi, above = _narrow_to_terminal(key, visible, end - start, k_eff, SECANT_ROUNDS)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, CAP, SECANT_ROUNDS)
+    if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
+        inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+        slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)
+        tl.store(_scatter_view(slot, THREADS, VEC), _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC),
+                 mask=_scatter_view(inside, THREADS, VEC))
+        tl.debug_barrier()   # the candidates were stored by other threads
+        slots = tl.arange(0, CAP)
+        cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
+        lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
@@ -275,6 +281,7 @@ def _columns_row_kernel(
     starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     out_ptr,              # *i32 [rows, k] contiguous: the selected columns ascending, then -1
+    cand_ptr,             # *i32 [rows, CAP] scratch: the keys of the final narrowing
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -284,7 +291,9 @@ def _columns_row_kernel(
     TIERS: tl.constexpr,  # 1, or 2 / 3: a row whose columns fit TILE_W / 2 (/ 4) is held in that narrower tile
     THREADS: tl.constexpr,  # _row_columns' threads: the program's, at most the narrowest tile / VEC
     VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (logits, width and row stride 16-aligned), else 1
-    SECANT_ROUNDS: tl.constexpr,   # secant probes before bisection (_narrow_to_terminal)
+    CAP: tl.constexpr,    # candidate tile
+    PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
+    SECANT_ROUNDS: tl.constexpr,   # secant probes of the rounds on the row tile (_narrow_on_row)
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -294,26 +303,28 @@ def _columns_row_kernel(
         row = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
+    cand_row = cand_ptr + row * CAP
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
-        _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, TILE_W, THREADS, VEC, SECANT_ROUNDS)
+        _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
+                             VEC, PROBE_BITS, SECANT_ROUNDS)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
-            _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, TILE_W, THREADS, VEC,
-                             SECANT_ROUNDS)
+            _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
+                             VEC, PROBE_BITS, SECANT_ROUNDS)
         elif TIERS == 2:
-            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, TILE_W // 2, THREADS, VEC,
-                             SECANT_ROUNDS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
+                             VEC, PROBE_BITS, SECANT_ROUNDS)
         elif end - base > TILE_W // 4:
-            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, TILE_W // 2, THREADS, VEC,
-                             SECANT_ROUNDS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
+                             VEC, PROBE_BITS, SECANT_ROUNDS)
         else:
-            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, TILE_W // 4, THREADS, VEC,
-                             SECANT_ROUNDS)
+            _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
+                             VEC, PROBE_BITS, SECANT_ROUNDS)
 
 
 @triton.jit
@@ -401,16 +412,17 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     starts_arg = lengths if starts is None else starts
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
+    common = _common_constexprs(tiling, k, starts is not None)
     if width <= tiling.tile_w:
+        cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](
-            logits, starts_arg, lengths, out, width, logits.stride(0), k, HAS_STARTS=starts is not None,
-            K_PAD=k_pad(k), TILE_W=tile, TIERS=tiers, **row_layout(tiling, tile, tiers, vectors(logits)),
-            SECANT_ROUNDS=SECANT_ROUNDS, num_warps=tiling.num_warps,
-            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **pdl)
+            logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
+            **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=SECANT_ROUNDS,
+            num_warps=tiling.num_warps,
+            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
-    common = _common_constexprs(tiling, k, starts is not None)
     gsize = group_size(width, tiling.tile_w)
     assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
     groups = triton.cdiv(width, gsize)
@@ -459,7 +471,8 @@ def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool) -> dict:
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
 # the column-order kernels' pointer types (hw.isa_spec.kernel_signature)
-_COLUMNS_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32"}
+_COLUMNS_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32",
+                      "cand_ptr": "*i32"}
 _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
                        "cand_ptr": "*i32", "chunk_ptr": "*i32", "out_ptr": "*i32"}
 
@@ -467,6 +480,8 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
     """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
+              "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
@@ -478,9 +493,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, types=_COLUMNS_ROW_TYPES,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             aligned=(*_COLUMNS_ROW_TYPES, *ints),
-                            constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "TILE_W": tile, "TIERS": tiers,
-                                        **row_layout(tiling, tile, tiers, bool(ints)), "SECANT_ROUNDS": SECANT_ROUNDS,
-                                        "PDL": tiling.pdl}),)
+                            constexprs=common | {"TILE_W": tile, "TIERS": tiers, "SECANT_ROUNDS": SECANT_ROUNDS,
+                                                 **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
@@ -501,6 +515,5 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                 "CHUNK_IDS": True, "PDL": tiling.pdl}),
         CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                     num_warps=tiling.num_warps, targets=targets,
-                    constexprs=_common_constexprs(tiling, k, has_starts) | {
-                        "PDL": tiling.pdl, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": tiling.block // gsize,
-                        "BLOCK": tiling.block}))
+                    constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
+                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))

@@ -10,6 +10,9 @@ from . import column_order, radix_fast
 from .radix_fast import ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
 from .variants import TopKCall
 
+#: the on-chip column-order kernel's candidate tile: faster than radix_fast.ROW_CAP's 1024 at every shape measured
+#: on the H200 (docs/perf/h200-topk.md, "Column order")
+COLUMNS_ROW_CAP = 512
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 #: NVIDIA, the on-chip column-order kernel with more rows than SMs: as many programs of 8 warps per SM as there are
@@ -28,9 +31,12 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 
 
 def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTiling:
-    """The column-order launch constants: radix_fast's, with, on the on-chip path when the GPU's SMs are known
-    (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG."""
-    if width > tiling.tile_w or sms <= 0:
+    """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
+    GPU's SMs are known (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG."""
+    if width > tiling.tile_w:
+        return tiling
+    tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
+    if sms <= 0:
         return tiling
     per_sm = min(-(-rows // sms), 3 if radix_fast.row_tile(width) > 4096 else 4)
     if per_sm <= 1:
