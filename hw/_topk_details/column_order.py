@@ -44,10 +44,10 @@ import triton.language as tl
 
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
+from . import radix_fast
 from .kernel import _order_key
 from .radix_fast import (
     _CAND_TYPES,
-    _FLT_MAX,
     _GMAX_TYPES,
     _KEY_MAX,
     _META,
@@ -56,13 +56,13 @@ from .radix_fast import (
     _META_TAU,
     _RANK_BITS,
     _RANK_MASK,
-    _SIGN_BIT,
     _TAU_TYPES,
     FastTiling,
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
     _narrow,
+    _narrow_on_row,
     _row_range,
     _tau_kernel,
     group_size,
@@ -72,8 +72,6 @@ from .radix_fast import (
     row_tile,
 )
 
-#: the rounds on a whole row tile: secant probes before they halve the key interval (_narrow_on_row)
-SECANT_ROUNDS = 8
 
 # ------------------------------------------------------------------------------------------------- jit helpers
 @triton.jit
@@ -165,68 +163,6 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
-def _key_value(key):
-    """The fp32 number of an order key >= 1 (_order_key's inverse; NaN's key gives a NaN)."""
-    k32 = key.to(tl.uint32)
-    return tl.where(k32 >= _SIGN_BIT, k32 ^ _SIGN_BIT, k32 ^ _KEY_MAX).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant):
-    """The next round's probe in [lo + 1, hi]: with `secant`, where the row's counts would reach k_eff - 1/2 if they
-    fell linearly in value between the two ends (count ge_lo at lo, above at hi), their weights w_lo and w_hi
-    applied; else, or when an end is not a finite number, the middle of the key interval."""
-    a = _key_value(lo)
-    b = _key_value(hi)
-    f_lo = ((ge_lo - k_eff).to(tl.float32) + 0.5) * w_lo      # > 0: ge_lo >= k_eff
-    f_hi = ((k_eff - above).to(tl.float32) - 0.5) * w_hi      # > 0: above < k_eff
-    t = f_lo / (f_lo + f_hi)
-    value = a * (1.0 - t) + b * t                             # no overflow between -FLT_MAX and FLT_MAX
-    at = _order_key(value, True).to(tl.int64)
-    numbers = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX)
-    return tl.where(secant & numbers, tl.minimum(tl.maximum(at, lo + 1), hi), lo + ((hi - lo + 1) >> 1))
-
-
-@triton.jit
-def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
-    """Narrow a row tile holding every key of the row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until
-    the state is terminal or at most CAP keys are inside; returns (lo, hi, ge_lo, above) of the module docstring.
-
-    The interval starts at the row's least and largest keys (no round is spent above or below them). The first
-    SECANT_ROUNDS probes are secant steps on the counts (_probe; an end kept twice in a row has its weight halved, so
-    both ends move), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least
-    key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo = the
-    key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
-    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
-    lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
-    hi = tl.max(key, 0).to(tl.int64)
-    ge_lo = n
-    above = n * 0
-    check = (lo == _SIGN_BIT).to(tl.int32)
-    w_lo = ge_lo.to(tl.float32) * 0 + 1.0
-    w_hi = w_lo
-    side = above                                 # the end the last secant step kept: 1 lo, -1 hi, 0 none
-    rounds = above
-    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant))
-        c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
-        up = c >= k_eff
-        check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
-        lo = tl.where(up, mid, lo)
-        ge_lo = tl.where(up, c, ge_lo)
-        hi = tl.where(up, hi, mid - 1)
-        above = tl.where(up, above, c)
-        kept = tl.where(up, -1, 1)                   # the end that stayed
-        halve = secant & (kept == side)
-        w_lo = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == 1), w_lo * 0.5, w_lo))
-        w_hi = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == -1), w_hi * 0.5, w_hi))
-        side = tl.where(secant, kept, side)
-        rounds += 1
-    return lo, hi, ge_lo, above
-
-
-@triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
                      SECANT_ROUNDS: tl.constexpr):
@@ -293,7 +229,7 @@ def _columns_row_kernel(
     VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (logits, width and row stride 16-aligned), else 1
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
-    SECANT_ROUNDS: tl.constexpr,   # secant probes of the rounds on the row tile (_narrow_on_row)
+    SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -419,7 +355,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
-            **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=SECANT_ROUNDS,
+            **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
             num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
@@ -493,7 +429,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         return (CompileSpec(label=label + "/columns", fn=_columns_row_kernel, types=_COLUMNS_ROW_TYPES,
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             aligned=(*_COLUMNS_ROW_TYPES, *ints),
-                            constexprs=common | {"TILE_W": tile, "TIERS": tiers, "SECANT_ROUNDS": SECANT_ROUNDS,
+                            constexprs=common | {"TILE_W": tile, "TIERS": tiers,
+                                                 "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)

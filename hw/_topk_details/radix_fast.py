@@ -120,6 +120,11 @@ _META_GROUPS = tl.constexpr(1)
 _META_COUNT = tl.constexpr(2)
 
 
+#: the rounds on a whole row tile (both forms' on-chip kernels): secant probes before they halve the key interval
+#: (_narrow_on_row); 8 and 16 level on the H200, 4 and 0 slower (docs/perf/h200-topk.md, "Secant probes")
+SECANT_ROUNDS = 8
+
+
 @dataclass(frozen=True)
 class FastTiling(LaunchSettings):
     """Constexprs of one launch (powers of two)."""
@@ -262,6 +267,61 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
         new_hi = tl.where(nxt == NP, hi, lo + ((span * nxt) >> PROBE_BITS) - 1)
         new_above = tl.where(nxt == NP, above, tl.sum(tl.where(j == nxt, c, 0), 0))
     return new_lo, new_hi, new_ge, new_above
+
+
+@triton.jit
+def _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant):
+    """The next round's probe in [lo + 1, hi]: with `secant`, where the row's counts would reach k_eff - 1/2 if they
+    fell linearly in value between the two ends (count ge_lo at lo, above at hi), their weights w_lo and w_hi
+    applied; else, or when an end is not a finite number, the middle of the key interval."""
+    a = _key_value(lo.to(tl.uint32))
+    b = _key_value(hi.to(tl.uint32))
+    f_lo = ((ge_lo - k_eff).to(tl.float32) + 0.5) * w_lo      # > 0: ge_lo >= k_eff
+    f_hi = ((k_eff - above).to(tl.float32) - 0.5) * w_hi      # > 0: above < k_eff
+    t = f_lo / (f_lo + f_hi)
+    value = a * (1.0 - t) + b * t                             # no overflow between -FLT_MAX and FLT_MAX
+    at = _order_key(value, True).to(tl.int64)
+    numbers = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX)
+    return tl.where(secant & numbers, tl.minimum(tl.maximum(at, lo + 1), hi), lo + ((hi - lo + 1) >> 1))
+
+
+@triton.jit
+def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
+    """Narrow a row tile holding every key of the row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until
+    the state is terminal or at most CAP keys are inside; returns (lo, hi, ge_lo, above) of the module docstring.
+
+    The interval starts at the row's least and largest keys (no round is spent above or below them). The first
+    SECANT_ROUNDS probes are secant steps on the counts (_probe; an end kept twice in a row has its weight halved, so
+    both ends move), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least
+    key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo = the
+    key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
+    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
+    hi = tl.max(key, 0).to(tl.int64)
+    ge_lo = n
+    above = n * 0
+    check = (lo == _SIGN_BIT).to(tl.int32)
+    w_lo = ge_lo.to(tl.float32) * 0 + 1.0
+    w_hi = w_lo
+    side = above                                 # the end the last secant step kept: 1 lo, -1 hi, 0 none
+    rounds = above
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        secant = (rounds < SECANT_ROUNDS) & (check == 0)
+        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant))
+        c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+        up = c >= k_eff
+        check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
+        lo = tl.where(up, mid, lo)
+        ge_lo = tl.where(up, c, ge_lo)
+        hi = tl.where(up, hi, mid - 1)
+        above = tl.where(up, above, c)
+        kept = tl.where(up, -1, 1)                   # the end that stayed
+        halve = secant & (kept == side)
+        w_lo = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == 1), w_lo * 0.5, w_lo))
+        w_hi = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == -1), w_hi * 0.5, w_hi))
+        side = tl.where(secant, kept, side)
+        rounds += 1
+    return lo, hi, ge_lo, above
 
 
 @triton.jit
@@ -468,10 +528,11 @@ def _count_sort(key, cols, lo, kmax, area_row, count_row, MAX_FINE: tl.constexpr
 
 @triton.jit
 def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP: tl.constexpr,
-                    TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr):
+                    TILE: tl.constexpr, K_PAD: tl.constexpr, SEG_CAP: tl.constexpr, COUNT_GROUP: tl.constexpr,
+                    SECANT_ROUNDS: tl.constexpr):
     """The on-chip path's narrowing and compaction of the row's columns [start, end), held in a register tile of
-    columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (one probe per
-    round: more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
+    columns base .. base + TILE - 1 (base <= start, end - base <= TILE): narrows on the whole tile (_narrow_on_row:
+    one probe per round, more cost registers and time, docs/perf/h200-topk.md) until <= CAP keys are inside. Then, with
     COUNT_GROUP > 0 and at most 2 * K_PAD keys >= lo, those are counting-sorted by bucket for the ordering
     (_count_sort, no bucket wider than 2 * SEG_CAP - COUNT_GROUP, so that the run of buckets an ordering program
     takes fits its widest sort): `bucketed` = 1 when it stored them, and nothing else is stored.
@@ -480,12 +541,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-    lo = (start * 0 + 1).to(tl.int64)           # visible keys are >= 1
-    hi = lo * 0 + _KEY_MAX
-    ge_lo = tl.maximum(end, start) - start
-    above = start * 0
-    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        lo, hi, ge_lo, above = _narrow(key, 0, lo, hi, ge_lo, above, k_eff, 1)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, CAP, SECANT_ROUNDS)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -521,6 +577,7 @@ def _topk_row_kernel(
     SEG_CAP: tl.constexpr,
     COUNT_GROUP: tl.constexpr,  # > 0: try _count_sort before the compaction (count_group)
     COUNT_W: tl.constexpr,      # count_width
+    SECANT_ROUNDS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -538,26 +595,26 @@ def _topk_row_kernel(
     if TIERS == 1:
         lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
             row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W, K_PAD, SEG_CAP,
-            COUNT_GROUP)
+            COUNT_GROUP, SECANT_ROUNDS)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(tl.maximum(tl.minimum(start, end), 0) // 16 * 16, 16)
         if end - base > TILE_W // 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, 0, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W,
-                K_PAD, SEG_CAP, COUNT_GROUP)
+                K_PAD, SEG_CAP, COUNT_GROUP, SECANT_ROUNDS)
         elif TIERS == 2:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                K_PAD, SEG_CAP, COUNT_GROUP)
+                K_PAD, SEG_CAP, COUNT_GROUP, SECANT_ROUNDS)
         elif end - base > TILE_W // 4:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 2,
-                K_PAD, SEG_CAP, COUNT_GROUP)
+                K_PAD, SEG_CAP, COUNT_GROUP, SECANT_ROUNDS)
         else:
             lo, hi, ge_lo, above, direct, bucketed = _select_on_chip(
                 row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_row, count_row, CAP, TILE_W // 4,
-                K_PAD, SEG_CAP, COUNT_GROUP)
+                K_PAD, SEG_CAP, COUNT_GROUP, SECANT_ROUNDS)
     if bucketed == 0:
         if direct == 0:
             _finish_candidates(cand_row, ge_lo - above, lo, hi, ge_lo, above, k_eff, end, out_row, CAP, PROBE_BITS,
@@ -894,7 +951,8 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     if on_chip:
         tile = row_tile(width)
         _topk_row_kernel[(rows,)](logits, starts_arg, lengths, sel, cand, *parts, width, logits.stride(0), k,
-                                  TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), **common, **pdl)
+                                  TILE_W=tile, TIERS=row_tiers(tile, tiling.tiers), SECANT_ROUNDS=SECANT_ROUNDS,
+                                  **common, **pdl)
     else:
         gsize = group_size(width, tiling.tile_w)
         assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
@@ -954,7 +1012,8 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
     if width <= tiling.tile_w:
         tile = row_tile(width)
         return (CompileSpec(label=label, fn=_topk_row_kernel, types=_TOPK_ROW_TYPES, num_warps=tiling.num_warps,
-                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers)},
+                            constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers),
+                                                 "SECANT_ROUNDS": SECANT_ROUNDS},
                             maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
                             scratch_ok="" if tiling.maxnreg is None else
                             "two programs per SM, three row tiles in 128 registers, some words spilled: faster "

@@ -426,6 +426,16 @@ def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np
     return out.cpu().numpy()
 
 
+def _fast(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
+    """The sorted form of _columns' launch."""
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
+    radix_fast._launch(logits, lengths, starts_t, out, tiling or radix_fast.fast_tiling(case.width, case.k))
+    return out.cpu().numpy()
+
+
 #: rows that stress the threshold: thousands of equal values straddling the k-th place at k = 2048, rows of
 #: lengths k - 1, k, k + 1, past W and negative; all-NaN, all -inf and +-0.0 rows (values "rowwise")
 COLUMN_CASES = [
@@ -482,17 +492,20 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
 
 
 @pytest.mark.parametrize("secant_rounds", [0, 1, 3])
-def test_column_order_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
-    """The on-chip rounds with fewer secant probes than the launcher's (0: halvings of the key interval only), so
-    the halvings take over from a secant step's state: the same selection."""
-    monkeypatch.setattr(column_order, "SECANT_ROUNDS", secant_rounds)
+def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
+    """The rounds on the row tile with fewer secant probes than the launcher's (0: halvings of the key interval
+    only), so that halvings take over from a secant step's state: the same selection, in both forms."""
+    monkeypatch.setattr(radix_fast, "SECANT_ROUNDS", secant_rounds)
     for case in (CASES[1], CASES[2], *COLUMN_CASES[2:]):
         rng = np.random.default_rng(sum(map(ord, case.name)))
         x = _logits(case, rng)
         starts, ends = _clamped_ranges(case)
-        assert_exact(_columns(x, case, None, device),
-                     in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)),
+        want = sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)
+        assert_exact(_columns(x, case, None, device), in_column_order(want),
                      f"column-order top-k ({case.name}, {secant_rounds} secant rounds)")
+        if case.k < 1000:   # the sorted form of k = 2048 is slow in the interpreter
+            assert_exact(_fast(x, case, None, device), want,
+                         f"sorted top-k ({case.name}, {secant_rounds} secant rounds)")
 
 
 def test_column_order_long_tie_over_chunks(device):
