@@ -18,11 +18,11 @@ which is the (value desc, index asc) rule: no tied key at the threshold is dropp
 
 Rounds on many keys are cheap per key but each ends in a block-wide reduction, so the interval is first narrowed
 on the whole row only until at most CAP keys are inside it (on chip: from the row's least and largest keys, one
-probe a round, secant steps on the counts before halvings: _narrow_on_row); those *candidates* (column, key) are compacted into a
-per-row scratch (in column order on the on-chip path, in any order on the long path, below) and the narrowing
-finishes on a CAP-wide register tile, several probes per round. The k_eff selected columns are compacted, as
-64-bit composites (signed key << 32 | (2^31 - 1 - column): descending composite order is the (value desc, column
-asc) rule), into a per-row scratch.
+probe a round, secant steps on the counts before halvings: _narrow_on_row); those *candidates* (column, key) are
+compacted into a per-row scratch (in column order on the on-chip path, in any order on the long path, below) and
+the narrowing finishes on a CAP-wide register tile, several probes per round. The k_eff selected columns are
+compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 - column): descending composite order is the (value
+desc, column asc) rule), into a per-row scratch.
 
 Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
 and barriers (most of the former kernel's time on the H200: docs/perf/h200-topk-phases.json), while the
