@@ -61,8 +61,8 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
-    _narrow,
     _narrow_on_row,
+    _narrow_on_tile,
     _row_range,
     _tau_kernel,
     group_size,
@@ -153,16 +153,6 @@ def _all_visible(start, end, k, out_row, K_PAD: tl.constexpr):
 
 
 @triton.jit
-def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
-    """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty); `above` keys are > hi
-    outside the tile."""
-    base = above
-    while (ge_lo != k_eff) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-    return lo, hi, ge_lo, above
-
-
-@triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
                      SECANT_ROUNDS: tl.constexpr):
@@ -171,7 +161,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0), visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, CAP, SECANT_ROUNDS)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, CAP, SECANT_ROUNDS, 0)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)
@@ -180,7 +170,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
         tl.debug_barrier()   # the candidates were stored by other threads
         slots = tl.arange(0, CAP)
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
-        lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+        lo, hi, ge_lo, above = _narrow_on_tile(cand, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS, SECANT_ROUNDS)
     _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
@@ -283,6 +273,7 @@ def _columns_long_kernel(
     GROUPS: tl.constexpr,  # qualifying groups per chunk
     BLOCK: tl.constexpr,   # columns per streaming chunk of the fallback
     PROBE_BITS: tl.constexpr,
+    SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -319,7 +310,8 @@ def _columns_long_kernel(
             key = tl.load(cand_row + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
-            lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+            lo, hi, ge_lo, above = _narrow_on_tile(key, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
+                                                       SECANT_ROUNDS)
             _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, 0, 1)
         else:   # tau let more than CAP keys through: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
@@ -333,7 +325,8 @@ def _columns_long_kernel(
                 tl.debug_barrier()   # the candidates were stored by other threads
                 slots = tl.arange(0, CAP)
                 key = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
-                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+                lo, hi, ge_lo, above = _narrow_on_tile(key, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
+                                                       SECANT_ROUNDS)
             _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK)
 
 
@@ -348,15 +341,14 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     starts_arg = lengths if starts is None else starts
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    common = _common_constexprs(tiling, k, starts is not None)
+    common = _common_constexprs(tiling, k, starts is not None, radix_fast.SECANT_ROUNDS)
     if width <= tiling.tile_w:
         cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
-            **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-            num_warps=tiling.num_warps,
+            **row_layout(tiling, tile, tiers, vectors(logits)), num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -374,7 +366,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
         GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
     _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                         TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
+                         TILE_W=tiling.tile_w, CAP=tiling.cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
+                         num_warps=tiling.num_warps, **pdl)
     _candidates_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
@@ -401,8 +394,9 @@ def row_layout(tiling: FastTiling, tile: int, tiers: int, vec: bool) -> dict:
 
 # the constexprs of a launch, asked on every launch: cached (host time; the dict returned is only unpacked)
 @functools.lru_cache(maxsize=256)
-def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool) -> dict:
-    return dict(HAS_STARTS=has_starts, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap))
+def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool, secant_rounds: int) -> dict:
+    return dict(HAS_STARTS=has_starts, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
+                SECANT_ROUNDS=secant_rounds)
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
@@ -416,8 +410,7 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
     """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
-    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
-              "PDL": tiling.pdl}
+    common = _common_constexprs(tiling, k, has_starts, radix_fast.SECANT_ROUNDS) | {"PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
@@ -430,7 +423,6 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             aligned=(*_COLUMNS_ROW_TYPES, *ints),
                             constexprs=common | {"TILE_W": tile, "TIERS": tiers,
-                                                 "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
@@ -443,7 +435,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=min(tiling.num_warps, 8),
                     targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "PDL": tiling.pdl}),
+                                "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS, "PDL": tiling.pdl}),
     ) if set(targets) - {"sm90"} else ()
     return shared + (
         CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, types=_CAND_TYPES,

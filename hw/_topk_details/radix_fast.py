@@ -271,14 +271,14 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
-def _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant):
-    """The next round's probe in [lo + 1, hi]: with `secant`, where the row's counts would reach k_eff - 1/2 if they
-    fell linearly in value between the two ends (count ge_lo at lo, above at hi), their weights w_lo and w_hi
-    applied; else, or when an end is not a finite number, the middle of the key interval."""
+def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
+    """The next round's probe in [lo + 1, hi]: with `secant`, where the counts would reach `target` (fp32, strictly
+    between above and ge_lo) if they fell linearly in value between the two ends (count ge_lo at lo, above at hi),
+    their weights w_lo and w_hi applied; else, or when an end is not a finite number, the middle of the interval."""
     a = _key_value(lo.to(tl.uint32))
     b = _key_value(hi.to(tl.uint32))
-    f_lo = ((ge_lo - k_eff).to(tl.float32) + 0.5) * w_lo      # > 0: ge_lo >= k_eff
-    f_hi = ((k_eff - above).to(tl.float32) - 0.5) * w_hi      # > 0: above < k_eff
+    f_lo = (ge_lo.to(tl.float32) - target) * w_lo
+    f_hi = (target - above.to(tl.float32)) * w_hi
     t = f_lo / (f_lo + f_hi)
     value = a * (1.0 - t) + b * t                             # no overflow between -FLT_MAX and FLT_MAX
     at = _order_key(value, True).to(tl.int64)
@@ -287,16 +287,37 @@ def _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant):
 
 
 @triton.jit
-def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
-    """Narrow a row tile holding every key of the row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until
-    the state is terminal or at most CAP keys are inside; returns (lo, hi, ge_lo, above) of the module docstring.
+def _secant_round(key, base, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, secant, check):
+    """One round of one probe on a tile of keys (0 = empty), `base` keys > hi outside it: the probe lo + 1 with
+    `check`, else _probe's; returns the new (lo, hi, ge_lo, above) and the secant state (w_lo, w_hi, side: the end the
+    last secant step kept, 1 lo, -1 hi, 0 none; an end kept twice in a row has its weight halved, so both ends move)
+    and the next `check`: whether lo is the key of 0.0 and this round went down from a probe above lo + 1 without
+    finding a key at or above it."""
+    mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
+    c = base + tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+    up = c >= k_eff
+    check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
+    kept = tl.where(up, -1, 1)
+    halve = secant & (kept == side)
+    w_lo = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == 1), w_lo * 0.5, w_lo))
+    w_hi = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == -1), w_hi * 0.5, w_hi))
+    side = tl.where(secant, kept, side)
+    return (tl.where(up, mid, lo), tl.where(up, hi, mid - 1), tl.where(up, c, ge_lo), tl.where(up, above, c),
+            w_lo, w_hi, side, check)
+
+
+@triton.jit
+def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr, SLACK: tl.constexpr):
+    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until the
+    state is terminal or at most CAP keys are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most
+    k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the module docstring.
 
     The interval starts at the row's least and largest keys (no round is spent above or below them). The first
-    SECANT_ROUNDS probes are secant steps on the counts (_probe; an end kept twice in a row has its weight halved, so
-    both ends move), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least
-    key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo = the
-    key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
-    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    SECANT_ROUNDS probes are secant steps on the counts (_secant_round), the rest halve the key interval: at most
+    SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next key up, and so is
+    the probe after a round that went down from lo = the key of 0.0 without finding a key above its probe: when
+    fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it (ReLU-degenerate
+    rows, thousands of exact zeros straddling the k-th place)."""
     lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
@@ -304,24 +325,35 @@ def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.
     check = (lo == _SIGN_BIT).to(tl.int32)
     w_lo = ge_lo.to(tl.float32) * 0 + 1.0
     w_hi = w_lo
-    side = above                                 # the end the last secant step kept: 1 lo, -1 hi, 0 none
+    side = above
     rounds = above
-    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+    target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
+    while (ge_lo != k_eff) & (lo < hi) & ((ge_lo > k_eff + SLACK) if SLACK > 0 else (ge_lo - above > CAP)):
         secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, k_eff, w_lo, w_hi, secant))
-        c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
-        up = c >= k_eff
-        check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
-        lo = tl.where(up, mid, lo)
-        ge_lo = tl.where(up, c, ge_lo)
-        hi = tl.where(up, hi, mid - 1)
-        above = tl.where(up, above, c)
-        kept = tl.where(up, -1, 1)                   # the end that stayed
-        halve = secant & (kept == side)
-        w_lo = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == 1), w_lo * 0.5, w_lo))
-        w_hi = tl.where(secant & (kept != side), 1.0, tl.where(halve & (kept == -1), w_hi * 0.5, w_hi))
-        side = tl.where(secant, kept, side)
+        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, 0, lo, hi, ge_lo, above, k_eff, target,
+                                                                      w_lo, w_hi, side, secant, check)
         rounds += 1
+    return lo, hi, ge_lo, above
+
+
+@triton.jit
+def _narrow_on_tile(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
+    """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty; `base` keys > hi outside
+    it): up to SECANT_ROUNDS rounds of one secant probe (_secant_round), then rounds of 2^PROBE_BITS - 1 probes
+    (_narrow), which close ties and gaps the secant steps only approach."""
+    w_lo = ge_lo.to(tl.float32) * 0 + 1.0
+    w_hi = w_lo
+    side = ge_lo * 0
+    check = side
+    rounds = side
+    target = k_eff.to(tl.float32) - 0.5
+    if SECANT_ROUNDS > 0:
+        while (ge_lo != k_eff) & (lo < hi) & (rounds < SECANT_ROUNDS):
+            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, base, lo, hi, ge_lo, above, k_eff,
+                                                                          target, w_lo, w_hi, side, check == 0, check)
+            rounds += 1
+    while (ge_lo != k_eff) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     return lo, hi, ge_lo, above
 
 
@@ -371,7 +403,8 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
     the first ones when the candidates are in column order (IN_ORDER), else those below the least column bound
     under which exactly that many lie (searched; it costs registers, so only the long path does it). The long
     path's interval reaches up to KEY_MAX: without IN_ORDER it first shrinks to the largest candidate, which
-    saves the rounds that would probe above it."""
+    saves the rounds that would probe above it. Only rounds of several probes here: with secant rounds first (as the
+    column order's tiles take them) the capped kernels need scratch under triton 3.9."""
     tl.debug_barrier()   # the candidates were stored by other threads (or programs)
     slots = tl.arange(0, CAP)
     filled = slots < count
@@ -380,8 +413,7 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
     base = above
     if not IN_ORDER:   # no key lies between the largest candidate and hi: `above` stays exact
         hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
-    while (ge_lo != k_eff) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    lo, hi, ge_lo, above = _narrow_on_tile(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS, 0)
     is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
     need = k_eff - above
     if IN_ORDER:
@@ -542,7 +574,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, CAP, SECANT_ROUNDS)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, CAP, SECANT_ROUNDS, 0)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -664,6 +696,7 @@ def _tau_kernel(
     HAS_STARTS: tl.constexpr,
     TILE_W: tl.constexpr,  # power of two >= groups
     CAP: tl.constexpr,
+    SECANT_ROUNDS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """tau of one row: narrowed on the group maxima while more than k_eff + CAP / TAU_SLACK_DIV of them are >= it
@@ -674,12 +707,10 @@ def _tau_kernel(
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     g = tl.arange(0, TILE_W)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
-    lo = (start * 0 + 1).to(tl.int64)
-    hi = lo * 0 + _KEY_MAX
-    ge_lo = tl.sum((gmax > 0).to(tl.int32), 0)
-    above = start * 0
-    while (ge_lo > k_eff + CAP // _TAU_SLACK_DIV) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(gmax, 0, lo, hi, ge_lo, above, k_eff, 1)
+    groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
+    tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, CAP, SECANT_ROUNDS, CAP // _TAU_SLACK_DIV)
+    # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
+    lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
     qualifies = gmax >= lo.to(tl.uint32)
     tl.debug_barrier()   # each thread has read its maxima
     tl.store(gmax_ptr + row * groups + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
@@ -966,7 +997,8 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
             GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
         _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                             TILE_W=tiling.tile_w, CAP=tiling.cap, num_warps=tiling.num_warps, **pdl)
+                             TILE_W=tiling.tile_w, CAP=tiling.cap, SECANT_ROUNDS=SECANT_ROUNDS,
+                             num_warps=tiling.num_warps, **pdl)
         _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
             logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
             HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
@@ -1028,7 +1060,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     targets=ISA_TARGETS),
         CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
                     constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "PDL": tiling.pdl}, targets=ISA_TARGETS),
+                                "SECANT_ROUNDS": SECANT_ROUNDS, "PDL": tiling.pdl}, targets=ISA_TARGETS),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
