@@ -61,8 +61,8 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
+    _narrow,
     _narrow_on_row,
-    _narrow_on_tile,
     _row_range,
     _tau_kernel,
     group_size,
@@ -153,6 +153,16 @@ def _all_visible(start, end, k, out_row, K_PAD: tl.constexpr):
 
 
 @triton.jit
+def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
+    """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty); `above` keys are > hi
+    outside the tile."""
+    base = above
+    while (ge_lo != k_eff) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    return lo, hi, ge_lo, above
+
+
+@triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
                      SECANT_ROUNDS: tl.constexpr):
@@ -170,7 +180,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
         tl.debug_barrier()   # the candidates were stored by other threads
         slots = tl.arange(0, CAP)
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
-        lo, hi, ge_lo, above = _narrow_on_tile(cand, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS, SECANT_ROUNDS)
+        lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
@@ -273,7 +283,6 @@ def _columns_long_kernel(
     GROUPS: tl.constexpr,  # qualifying groups per chunk
     BLOCK: tl.constexpr,   # columns per streaming chunk of the fallback
     PROBE_BITS: tl.constexpr,
-    SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -310,8 +319,7 @@ def _columns_long_kernel(
             key = tl.load(cand_row + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
-            lo, hi, ge_lo, above = _narrow_on_tile(key, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
-                                                       SECANT_ROUNDS)
+            lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
             _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, 0, 1)
         else:   # tau let more than CAP keys through: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
@@ -325,8 +333,7 @@ def _columns_long_kernel(
                 tl.debug_barrier()   # the candidates were stored by other threads
                 slots = tl.arange(0, CAP)
                 key = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
-                lo, hi, ge_lo, above = _narrow_on_tile(key, above, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
-                                                       SECANT_ROUNDS)
+                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
             _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK)
 
 
@@ -341,14 +348,15 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     starts_arg = lengths if starts is None else starts
     device = logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    common = _common_constexprs(tiling, k, starts is not None, radix_fast.SECANT_ROUNDS)
+    common = _common_constexprs(tiling, k, starts is not None)
     if width <= tiling.tile_w:
         cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
-            **row_layout(tiling, tile, tiers, vectors(logits)), num_warps=tiling.num_warps,
+            **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
+            num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -394,9 +402,8 @@ def row_layout(tiling: FastTiling, tile: int, tiers: int, vec: bool) -> dict:
 
 # the constexprs of a launch, asked on every launch: cached (host time; the dict returned is only unpacked)
 @functools.lru_cache(maxsize=256)
-def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool, secant_rounds: int) -> dict:
-    return dict(HAS_STARTS=has_starts, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                SECANT_ROUNDS=secant_rounds)
+def _common_constexprs(tiling: FastTiling, k: int, has_starts: bool) -> dict:
+    return dict(HAS_STARTS=has_starts, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap))
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
@@ -410,7 +417,8 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
     """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
-    common = _common_constexprs(tiling, k, has_starts, radix_fast.SECANT_ROUNDS) | {"PDL": tiling.pdl}
+    common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
+              "PDL": tiling.pdl}
     if width <= tiling.tile_w:
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
@@ -423,6 +431,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                             num_warps=tiling.num_warps, maxnreg=tiling.maxnreg, targets=targets, scratch_ok=why,
                             aligned=(*_COLUMNS_ROW_TYPES, *ints),
                             constexprs=common | {"TILE_W": tile, "TIERS": tiers,
+                                                 "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)

@@ -287,14 +287,14 @@ def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
 
 
 @triton.jit
-def _secant_round(key, base, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, secant, check):
-    """One round of one probe on a tile of keys (0 = empty), `base` keys > hi outside it: the probe lo + 1 with
-    `check`, else _probe's; returns the new (lo, hi, ge_lo, above) and the secant state (w_lo, w_hi, side: the end the
-    last secant step kept, 1 lo, -1 hi, 0 none; an end kept twice in a row has its weight halved, so both ends move)
-    and the next `check`: whether lo is the key of 0.0 and this round went down from a probe above lo + 1 without
-    finding a key at or above it."""
+def _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, secant, check):
+    """One round of one probe on a tile holding every key (0 = empty): the probe lo + 1 with `check`, else _probe's;
+    returns the new (lo, hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1
+    lo, -1 hi, 0 none; an end kept twice in a row has its weight halved, so both ends move) and the next `check`:
+    whether lo is the key of 0.0 and this round went down from a probe above lo + 1 without finding a key at or
+    above it."""
     mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
-    c = base + tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+    c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
     up = c >= k_eff
     check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
     kept = tl.where(up, -1, 1)
@@ -330,30 +330,9 @@ def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.
     target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
     while (ge_lo != k_eff) & (lo < hi) & ((ge_lo > k_eff + SLACK) if SLACK > 0 else (ge_lo - above > CAP)):
         secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, 0, lo, hi, ge_lo, above, k_eff, target,
-                                                                      w_lo, w_hi, side, secant, check)
+        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo,
+                                                                      w_hi, side, secant, check)
         rounds += 1
-    return lo, hi, ge_lo, above
-
-
-@triton.jit
-def _narrow_on_tile(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, SECANT_ROUNDS: tl.constexpr):
-    """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty; `base` keys > hi outside
-    it): up to SECANT_ROUNDS rounds of one secant probe (_secant_round), then rounds of 2^PROBE_BITS - 1 probes
-    (_narrow), which close ties and gaps the secant steps only approach."""
-    w_lo = ge_lo.to(tl.float32) * 0 + 1.0
-    w_hi = w_lo
-    side = ge_lo * 0
-    check = side
-    rounds = side
-    target = k_eff.to(tl.float32) - 0.5
-    if SECANT_ROUNDS > 0:
-        while (ge_lo != k_eff) & (lo < hi) & (rounds < SECANT_ROUNDS):
-            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, base, lo, hi, ge_lo, above, k_eff,
-                                                                          target, w_lo, w_hi, side, check == 0, check)
-            rounds += 1
-    while (ge_lo != k_eff) & (lo < hi):
-        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     return lo, hi, ge_lo, above
 
 
@@ -403,8 +382,7 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
     the first ones when the candidates are in column order (IN_ORDER), else those below the least column bound
     under which exactly that many lie (searched; it costs registers, so only the long path does it). The long
     path's interval reaches up to KEY_MAX: without IN_ORDER it first shrinks to the largest candidate, which
-    saves the rounds that would probe above it. Only rounds of several probes here: with secant rounds first (as the
-    column order's tiles take them) the capped kernels need scratch under triton 3.9."""
+    saves the rounds that would probe above it."""
     tl.debug_barrier()   # the candidates were stored by other threads (or programs)
     slots = tl.arange(0, CAP)
     filled = slots < count
@@ -413,7 +391,8 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
     base = above
     if not IN_ORDER:   # no key lies between the largest candidate and hi: `above` stays exact
         hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
-    lo, hi, ge_lo, above = _narrow_on_tile(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS, 0)
+    while (ge_lo != k_eff) & (lo < hi):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     is_above, inside, above_rank, inside_rank = _split_ranks(key, lo, hi)
     need = k_eff - above
     if IN_ORDER:

@@ -494,8 +494,9 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
 
 @pytest.mark.parametrize("secant_rounds", [0, 1, 3])
 def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
-    """The rounds on the row tile with fewer secant probes than the launcher's (0: halvings of the key interval
-    only), so that halvings take over from a secant step's state: the same selection, in both forms."""
+    """The rounds on the row tile and on the group maxima (tau) with fewer secant probes than the launcher's (0:
+    halvings of the key interval only), so that halvings take over from a secant step's state: the same selection,
+    in both forms."""
     monkeypatch.setattr(radix_fast, "SECANT_ROUNDS", secant_rounds)
     for case in (CASES[1], CASES[2], *COLUMN_CASES[2:]):
         rng = np.random.default_rng(sum(map(ord, case.name)))
@@ -504,9 +505,11 @@ def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
         want = sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends)
         assert_exact(_columns(x, case, None, device), in_column_order(want),
                      f"column-order top-k ({case.name}, {secant_rounds} secant rounds)")
-        if case.k < 1000:   # the sorted form of k = 2048 is slow in the interpreter
+        if case.k < 1000:   # the sorted form and the long path (tau) of k = 2048 are slow in the interpreter
             assert_exact(_fast(x, case, None, device), want,
                          f"sorted top-k ({case.name}, {secant_rounds} secant rounds)")
+            assert_exact(_columns(x, case, TILINGS["long"], device), in_column_order(want),
+                         f"column-order top-k, long path ({case.name}, {secant_rounds} secant rounds)")
 
 
 def test_column_order_long_tie_over_chunks(device):
