@@ -121,8 +121,9 @@ _META_GROUPS = tl.constexpr(1)
 _META_COUNT = tl.constexpr(2)
 
 
-#: the rounds on a whole row tile (both forms' on-chip kernels): secant probes before they halve the key interval
-#: (_narrow_on_row); 8 and 16 level on the H200, 4 and 0 slower (docs/perf/h200-topk.md, "Secant probes")
+#: the rounds on a whole row tile (both forms' on-chip kernels) and on tau's group maxima: secant probes before they
+#: halve the key interval (_narrow_on_row); 8 and 16 level on the H200, 4 and 0 slower (docs/perf/h200-topk.md,
+#: "Secant probes")
 SECANT_ROUNDS = 8
 
 
@@ -308,9 +309,10 @@ def _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, se
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr, SLACK: tl.constexpr):
-    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n > k_eff >= 1 visible) until the
+    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1) until the
     state is terminal or at most CAP keys are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most
-    k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the module docstring.
+    k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the module docstring. When n already stops the
+    rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and largest keys, n and 0.
 
     The interval starts at the row's least and largest keys (no round is spent above or below them). The first
     SECANT_ROUNDS probes are secant steps on the counts (_secant_round), the rest halve the key interval: at most
