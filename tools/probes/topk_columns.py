@@ -9,8 +9,7 @@ cost) and the 4096 causal rows of a 4096-token prompt; N(0, 1) and ReLU-degenera
 threshold tie larger than any candidate tile). Levers, by launch settings of the radix_fast variant, on the on-chip
 path: programs per SM for more rows than SMs (one uncapped program and one tile; a register cap of 128 / 80 / 64
 for 2 / 3 / 4 programs of 8 warps, with 2 tiles, 80 also with 3; fast.COLUMNS_MAXNREG), and the candidate tile (cap
-256 / 1024); on both forms' row tiles, the secant probes before halvings (radix_fast.SECANT_ROUNDS 0 / 4 / 16).
-Every lever's output is checked equal to the default's. The decode step: the default FP8 and MXFP4
+256 / 1024). Every lever's output is checked equal to the default's. The decode step: the default FP8 and MXFP4
 scorers alone, with the column-order top-k, with the sorted one.
 """
 import json
@@ -20,7 +19,6 @@ import time
 import torch
 
 import hw
-from hw._topk_details import radix_fast
 from tools.cmd_bench import decode_case
 from tools.timing import graph_time_us
 
@@ -78,16 +76,6 @@ def main(out_path):
                 us, out = time_topk(x, lengths, False, inner, **lever)
                 record(shape=name, rows=n, width=width, values=kind, lever=lever, columns_us=us,
                        vs_default=us / cols_us, equal=torch.equal(out, cols_out))
-            if width <= 8192:
-                default = radix_fast.SECANT_ROUNDS
-                for secant in (0, 4, 16):
-                    radix_fast.SECANT_ROUNDS = secant
-                    us, out = time_topk(x, lengths, False, inner)
-                    s_us, s_out = time_topk(x, lengths, True, inner)
-                    record(shape=name, rows=n, width=width, values=kind, lever={"secant_rounds": secant},
-                           columns_us=us, vs_default=us / cols_us, sorted_us=s_us, sorted_vs_default=s_us / sorted_us,
-                           equal=torch.equal(out, cols_out) and torch.equal(s_out, sorted_out))
-                radix_fast.SECANT_ROUNDS = default
     for kv_dtype in ("fp8", "mxfp4"):
         shape = dict(batch=64, next_n=1, heads=32, head_dim=128, context=8192, page_size=64)
         scorer = decode_case(kv_dtype, layout=None, variant=None, inner=INNER, replays=REPLAYS, **shape)["time_us"]
