@@ -18,7 +18,8 @@ Per row:
                  causal prefill, about k of them per prompt).
   on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
                  narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
-                 most CAP keys are inside, narrows those to a terminal state on a CAP tile (compacted through
+                 most CAP keys are inside (radix_fast._narrow_on_row: from the row's least and largest keys,
+                 secant probes first), narrows those to a terminal state on a CAP tile (compacted through
                  scratch), then stores the selection from the register tile. One read of the row; each thread
                  holds adjacent columns of it (_row_columns), so both prefixes in column order are one scan of
                  the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
