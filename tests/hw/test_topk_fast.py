@@ -417,24 +417,19 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap")
 
 
+def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
+    """`launch` (column_order.launch_columns or radix_fast._launch) on the case's rows, under `tiling` or the
+    launcher's own."""
+    logits = torch.from_numpy(x).to(device)[:, :case.width]
+    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
+    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
+    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
+    launch(logits, lengths, starts_t, out, tiling or radix_fast.fast_tiling(case.width, case.k))
+    return out.cpu().numpy()
+
+
 def _columns(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
-    logits = torch.from_numpy(x).to(device)[:, :case.width]
-    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
-    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
-    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
-    tiling = tiling or radix_fast.fast_tiling(case.width, case.k)
-    column_order.launch_columns(logits, lengths, starts_t, out, tiling)
-    return out.cpu().numpy()
-
-
-def _fast(x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
-    """The sorted form of _columns' launch."""
-    logits = torch.from_numpy(x).to(device)[:, :case.width]
-    lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
-    starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
-    out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
-    radix_fast._launch(logits, lengths, starts_t, out, tiling or radix_fast.fast_tiling(case.width, case.k))
-    return out.cpu().numpy()
+    return _run(column_order.launch_columns, x, case, tiling, device)
 
 
 #: rows that stress the threshold: thousands of equal values straddling the k-th place at k = 2048, rows of
@@ -506,7 +501,7 @@ def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
         assert_exact(_columns(x, case, None, device), in_column_order(want),
                      f"column-order top-k ({case.name}, {secant_rounds} secant rounds)")
         if case.k < 1000:   # the sorted form and the long path (tau) of k = 2048 are slow in the interpreter
-            assert_exact(_fast(x, case, None, device), want,
+            assert_exact(_run(radix_fast._launch, x, case, None, device), want,
                          f"sorted top-k ({case.name}, {secant_rounds} secant rounds)")
             assert_exact(_columns(x, case, TILINGS["long"], device), in_column_order(want),
                          f"column-order top-k, long path ({case.name}, {secant_rounds} secant rounds)")
