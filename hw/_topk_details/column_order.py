@@ -57,7 +57,6 @@ from .radix_fast import (
     _META_TAU,
     _RANK_BITS,
     _RANK_MASK,
-    _TAU_TYPES,
     FastTiling,
     _candidates_kernel,
     _count_ge_stream,
@@ -65,60 +64,16 @@ from .radix_fast import (
     _narrow,
     _narrow_on_row,
     _row_range,
-    _tau_kernel,
     group_size,
     k_pad,
     probe_bits,
     row_tiers,
     row_tile,
 )
+from .tile_scan import _exclusive_prefix, _row_columns, _scatter_view
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
-@triton.jit
-def _row_columns(base, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """The columns of an on-chip row tile (1-D, TILE = VEC x THREADS x REP): entry e = VEC (THREADS rep + t) + v
-    holds column base + VEC (REP t + rep) + v. Loaded, the tile has Triton's coalesced 1-D layout (VEC entries a
-    thread, THREADS threads, repeated REP times; VEC = 4 when the load is in 16-byte vectors, else 1), so thread t
-    holds the VEC REP adjacent columns from base + VEC REP t, and a prefix in column order needs one scan across the
-    threads (_exclusive_prefix)."""
-    REP: tl.constexpr = TILE // (VEC * THREADS)
-    tl.static_assert(VEC * REP * THREADS == TILE, "an on-chip row tile is VEC x THREADS x REP columns")
-    e = tl.arange(0, TILE)
-    return base + (e // VEC % THREADS) * (VEC * REP) + e // (VEC * THREADS) * VEC + e % VEC
-
-
-@triton.jit
-def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """Exclusive prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else
-    _row_columns' order (the sums of each thread's entries, scanned across the threads, then within the thread)."""
-    if THREADS == 0:
-        return tl.cumsum(flags, 0) - flags
-    else:
-        TILE: tl.constexpr = flags.shape[0]
-        REP: tl.constexpr = TILE // (VEC * THREADS)
-        f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
-        per_rep = tl.sum(f, 2)
-        per_thread = tl.sum(per_rep, 0)
-        before = tl.reshape(tl.cumsum(per_thread, 0) - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
-        if VEC == 1:
-            return tl.reshape(before, [TILE])
-        else:
-            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
-
-
-@triton.jit
-def _scatter_view(x, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """`x` (a tile of _row_columns when THREADS > 0) reordered so that Triton's layout for a scattered store (one
-    entry a thread, thread = index % THREADS) is where the tile already holds each entry: a store of the views of
-    its pointers, values and mask moves no data between threads. The identity when THREADS is 0 or VEC is 1."""
-    if THREADS == 0 or VEC == 1:
-        return x
-    else:
-        TILE: tl.constexpr = x.shape[0]
-        return tl.reshape(tl.permute(tl.reshape(x, [TILE // (VEC * THREADS), THREADS, VEC]), (0, 2, 1)), [TILE])
-
-
 @triton.jit
 def _load_mask(cols, start, end, width, VEC: tl.constexpr):
     """The columns of a _row_columns tile to read: the visible ones [start, end) (end <= width) and those sharing an
@@ -374,9 +329,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
         logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
         GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
-    _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                         TILE_W=tiling.tile_w, CAP=tiling.cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-                         num_warps=tiling.num_warps, **pdl)
+    radix_fast.launch_tau(starts_arg, lengths, gmax, meta, width, k, has_starts, tiling)
     _candidates_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
@@ -441,11 +394,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     num_warps=tiling.num_warps, targets=tuple(t for t in targets if t != "sm90"),
                     constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                 "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)}),
-        # 8 waves of 64 (NVIDIA's 16 warps' threads): at 16 the 8192 maxima spill past 128 VGPRs a lane
-        CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=min(tiling.num_warps, 8),
-                    targets=tuple(t for t in targets if t != "sm90"),
-                    constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS, "PDL": tiling.pdl}),
+        radix_fast.tau_spec(tiling, has_starts, label, tuple(t for t in targets if t != "sm90")),
     ) if set(targets) - {"sm90"} else ()
     return shared + (
         CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, types=_CAND_TYPES,

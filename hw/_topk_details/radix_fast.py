@@ -73,6 +73,7 @@ from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import LaunchSettings, NotCovered
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
+from .tile_scan import _exclusive_prefix, _row_columns, _scatter_view
 
 FAST_MAX_K = 4096        # the selecting program partitions all K_PAD selected composites in registers
 TILE_W = 8192            # widest row kept on chip; also the most group maxima of the long path
@@ -678,6 +679,7 @@ def _tau_kernel(
     TILE_W: tl.constexpr,  # power of two >= groups
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
+    THREADS: tl.constexpr,  # the program's threads: the maxima tile is tile_scan._row_columns'
     PDL: tl.constexpr,
 ):
     """tau of one row: narrowed on the group maxima while more than k_eff + CAP / TAU_SLACK_DIV of them are >= it
@@ -686,15 +688,18 @@ def _tau_kernel(
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
-    g = tl.arange(0, TILE_W)
+    # each thread holds 4 adjacent maxima (one vector load when groups is a multiple of 4): the compaction of the
+    # qualifying groups below is one scan of the threads' counts
+    g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
     tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, CAP, SECANT_ROUNDS, CAP // _TAU_SLACK_DIV)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
     lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
     qualifies = gmax >= lo.to(tl.uint32)
+    slot = gmax_ptr + row * groups + _exclusive_prefix(qualifies.to(tl.int32), THREADS, 4)
     tl.debug_barrier()   # each thread has read its maxima
-    tl.store(gmax_ptr + row * groups + tl.cumsum(qualifies.to(tl.int32), 0) - 1, g, mask=qualifies)
+    tl.store(_scatter_view(slot, THREADS, 4), _scatter_view(g, THREADS, 4), mask=_scatter_view(qualifies, THREADS, 4))
     meta_row = meta_ptr + row * _META
     tl.store(meta_row + _META_TAU, lo.to(tl.uint32).to(tl.int32, bitcast=True))
     tl.store(meta_row + _META_GROUPS, tl.sum(qualifies.to(tl.int32), 0))
@@ -940,6 +945,24 @@ def check_width(width: int) -> None:
                          f"`mxidx variants`) runs per_row for them")
 
 
+def launch_tau(starts_arg, lengths, gmax, meta, width, k, has_starts, tiling: FastTiling) -> None:
+    """_tau_kernel for every row of `gmax` (int32 [rows, groups], _group_max_kernel's), into `meta`."""
+    rows, groups = gmax.shape
+    _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, **_tau_constexprs(tiling, has_starts),
+                         num_warps=tiling.num_warps, **pdl_launch(tiling.pdl, gmax.device))
+
+
+def _tau_constexprs(tiling: FastTiling, has_starts: bool) -> dict:
+    return {"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap, "SECANT_ROUNDS": SECANT_ROUNDS,
+            "THREADS": min(tiling.lanes * tiling.num_warps, tiling.tile_w // 4)}
+
+
+def tau_spec(tiling: FastTiling, has_starts: bool, label: str, targets: tuple[str, ...]) -> CompileSpec:
+    """_tau_kernel's cross-compile spec for a launch under `tiling`."""
+    return CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
+                       targets=targets, constexprs=_tau_constexprs(tiling, has_starts) | {"PDL": tiling.pdl})
+
+
 def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
             tiling: FastTiling) -> None:
     """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply), on rows
@@ -977,9 +1000,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
             logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
             GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
-        _tau_kernel[(rows,)](starts_arg, lengths, gmax, meta, width, groups, k, HAS_STARTS=has_starts,
-                             TILE_W=tiling.tile_w, CAP=tiling.cap, SECANT_ROUNDS=SECANT_ROUNDS,
-                             num_warps=tiling.num_warps, **pdl)
+        launch_tau(starts_arg, lengths, gmax, meta, width, k, has_starts, tiling)
         _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
             logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
             HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
@@ -1039,9 +1060,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
                     num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)},
                     targets=ISA_TARGETS),
-        CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
-                    constexprs={"HAS_STARTS": has_starts, "TILE_W": tiling.tile_w, "CAP": tiling.cap,
-                                "SECANT_ROUNDS": SECANT_ROUNDS, "PDL": tiling.pdl}, targets=ISA_TARGETS),
+        tau_spec(tiling, has_starts, label, ISA_TARGETS),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=ISA_TARGETS,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,

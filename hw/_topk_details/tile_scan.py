@@ -1,0 +1,57 @@
+"""Prefix sums in column order over a row held as a 1-D register tile, with each thread holding adjacent columns
+(the column-order kernels' row tiles, _tau_kernel's group maxima).
+
+Loaded, a 1-D tile has Triton's coalesced layout: VEC entries a thread, THREADS threads, repeated REP times. A
+generic tl.cumsum of such a tile in its own index order scans across the interleaved threads, REP times, and a
+scattered store of its result moves the scan to a layout of one entry a thread. Indexing the columns as
+_row_columns says instead gives each thread VEC x REP adjacent columns, so a prefix in column order is one scan of
+the per-thread totals plus sums inside each thread (_exclusive_prefix), and a scattered store of the tile's view
+in _scatter_view's order moves no data between threads. Correctness never depends on the layout the compiler
+picks: another one only moves data.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_columns(base, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """The columns of an on-chip row tile (1-D, TILE = VEC x THREADS x REP): entry e = VEC (THREADS rep + t) + v
+    holds column base + VEC (REP t + rep) + v. Loaded, the tile has Triton's coalesced 1-D layout (VEC entries a
+    thread, THREADS threads, repeated REP times; VEC = 4 when the load is in 16-byte vectors, else 1), so thread t
+    holds the VEC REP adjacent columns from base + VEC REP t, and a prefix in column order needs one scan across the
+    threads (_exclusive_prefix)."""
+    REP: tl.constexpr = TILE // (VEC * THREADS)
+    tl.static_assert(VEC * REP * THREADS == TILE, "an on-chip row tile is VEC x THREADS x REP columns")
+    e = tl.arange(0, TILE)
+    return base + (e // VEC % THREADS) * (VEC * REP) + e // (VEC * THREADS) * VEC + e % VEC
+
+
+@triton.jit
+def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """Exclusive prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else
+    _row_columns' order (the sums of each thread's entries, scanned across the threads, then within the thread)."""
+    if THREADS == 0:
+        return tl.cumsum(flags, 0) - flags
+    else:
+        TILE: tl.constexpr = flags.shape[0]
+        REP: tl.constexpr = TILE // (VEC * THREADS)
+        f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
+        per_rep = tl.sum(f, 2)
+        per_thread = tl.sum(per_rep, 0)
+        before = tl.reshape(tl.cumsum(per_thread, 0) - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+        if VEC == 1:
+            return tl.reshape(before, [TILE])
+        else:
+            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+
+
+@triton.jit
+def _scatter_view(x, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """`x` (a tile of _row_columns when THREADS > 0) reordered so that Triton's layout for a scattered store (one
+    entry a thread, thread = index % THREADS) is where the tile already holds each entry: a store of the views of
+    its pointers, values and mask moves no data between threads. The identity when THREADS is 0 or VEC is 1."""
+    if THREADS == 0 or VEC == 1:
+        return x
+    else:
+        TILE: tl.constexpr = x.shape[0]
+        return tl.reshape(tl.permute(tl.reshape(x, [TILE // (VEC * THREADS), THREADS, VEC]), (0, 2, 1)), [TILE])

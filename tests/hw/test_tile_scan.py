@@ -1,0 +1,49 @@
+"""hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, and _exclusive_prefix
+gives each column the number of flagged columns before it in column order, whatever THREADS and VEC say (both
+layouts the kernels use, and the plain tile order of THREADS = 0), stored through _scatter_view's order."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from hw._topk_details.tile_scan import _exclusive_prefix, _row_columns, _scatter_view
+
+pytestmark = pytest.mark.interp
+
+
+@triton.jit
+def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    if THREADS == 0:
+        cols = tl.arange(0, TILE)
+    else:
+        cols = _row_columns(0, TILE, THREADS, VEC)
+    flags = tl.load(flags_ptr + cols)
+    before = _exclusive_prefix(flags, THREADS, VEC)
+    tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(before, THREADS, VEC))
+    tl.store(cols_ptr + tl.arange(0, TILE), cols)
+
+
+@pytest.mark.parametrize("tile,threads,vec", [(64, 0, 1), (64, 16, 1), (64, 4, 4), (256, 16, 4), (256, 64, 4),
+                                              (512, 128, 1)])
+def test_prefix_in_column_order(tile, threads, vec):
+    rng = np.random.default_rng(tile + threads + vec)
+    for density in (0.05, 0.5, 1.0):
+        flags = (rng.random(tile) < density).astype(np.int32)
+        out = torch.full((tile,), -1, dtype=torch.int32)
+        cols = torch.full((tile,), -1, dtype=torch.int32)
+        _prefix_kernel[(1,)](torch.from_numpy(flags), out, cols, TILE=tile, THREADS=threads, VEC=vec)
+        assert sorted(cols.tolist()) == list(range(tile))   # every column once
+        np.testing.assert_array_equal(out.numpy(), np.cumsum(flags) - flags)
+
+
+def test_row_columns_gives_threads_adjacent_columns():
+    """Entry e = VEC (THREADS rep + t) + v holds column VEC (REP t + rep) + v (REP = 2 here)."""
+    cols = torch.full((64,), -1, dtype=torch.int32)
+    _prefix_kernel[(1,)](torch.zeros(64, dtype=torch.int32), torch.empty(64, dtype=torch.int32), cols, TILE=64,
+                         THREADS=8, VEC=4)
+    e = np.arange(64)
+    t, rep, v = e // 4 % 8, e // 32, e % 4
+    np.testing.assert_array_equal(cols.numpy(), 4 * (2 * t + rep) + v)
