@@ -10,9 +10,9 @@ from . import column_order, radix_fast
 from .radix_fast import ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
 from .variants import TopKCall
 
-#: the on-chip column-order kernel's candidate tile: faster than radix_fast.ROW_CAP's 1024 at every shape measured
-#: on the H200 (docs/perf/h200-topk.md, "Column order")
-COLUMNS_ROW_CAP = 512
+#: the on-chip column-order kernel's candidate tile: since the secant rounds on the row, 128 is faster than 512 and
+#: 256 at every shape measured on the H200, 64 level (docs/perf/h200-topk.md, "Smaller candidate tiles")
+COLUMNS_ROW_CAP = 128
 #: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
 COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 #: NVIDIA, the on-chip column-order kernel with more rows than SMs: as many programs of 8 warps per SM as there are
