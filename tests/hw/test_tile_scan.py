@@ -28,22 +28,22 @@ def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl
 
 @pytest.mark.parametrize("tile,threads,vec", [(64, 0, 1), (64, 16, 1), (64, 4, 4), (256, 16, 4), (256, 64, 4),
                                               (512, 128, 1)])
-def test_prefix_in_column_order(tile, threads, vec):
+def test_prefix_in_column_order(tile, threads, vec, device):
     rng = np.random.default_rng(tile + threads + vec)
     for density in (0.05, 0.5, 1.0):
         flags = (rng.random(tile) < density).astype(np.int32)
-        out = torch.full((tile,), -1, dtype=torch.int32)
-        cols = torch.full((tile,), -1, dtype=torch.int32)
-        _prefix_kernel[(1,)](torch.from_numpy(flags), out, cols, TILE=tile, THREADS=threads, VEC=vec)
+        out = torch.full((tile,), -1, dtype=torch.int32, device=device)
+        cols = torch.full((tile,), -1, dtype=torch.int32, device=device)
+        _prefix_kernel[(1,)](torch.from_numpy(flags).to(device), out, cols, TILE=tile, THREADS=threads, VEC=vec)
         assert sorted(cols.tolist()) == list(range(tile))   # every column once
-        np.testing.assert_array_equal(out.numpy(), np.cumsum(flags) - flags)
+        np.testing.assert_array_equal(out.cpu().numpy(), np.cumsum(flags) - flags)
 
 
-def test_row_columns_gives_threads_adjacent_columns():
+def test_row_columns_gives_threads_adjacent_columns(device):
     """Entry e = VEC (THREADS rep + t) + v holds column VEC (REP t + rep) + v (REP = 2 here)."""
-    cols = torch.full((64,), -1, dtype=torch.int32)
-    _prefix_kernel[(1,)](torch.zeros(64, dtype=torch.int32), torch.empty(64, dtype=torch.int32), cols, TILE=64,
-                         THREADS=8, VEC=4)
+    cols = torch.full((64,), -1, dtype=torch.int32, device=device)
+    _prefix_kernel[(1,)](torch.zeros(64, dtype=torch.int32, device=device),
+                         torch.empty(64, dtype=torch.int32, device=device), cols, TILE=64, THREADS=8, VEC=4)
     e = np.arange(64)
     t, rep, v = e // 4 % 8, e // 32, e % 4
-    np.testing.assert_array_equal(cols.numpy(), 4 * (2 * t + rep) + v)
+    np.testing.assert_array_equal(cols.cpu().numpy(), 4 * (2 * t + rep) + v)
