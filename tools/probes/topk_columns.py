@@ -9,8 +9,8 @@ cost) and the 4096 causal rows of a 4096-token prompt; N(0, 1) and ReLU-degenera
 threshold tie larger than any candidate tile). Levers, by launch settings of the radix_fast variant, on the on-chip
 path: programs per SM for more rows than SMs (one uncapped program and one tile; a register cap of 128 / 80 / 64
 for 2 / 3 / 4 programs of 8 warps, with 2 tiles, 80 also with 3; fast.COLUMNS_MAXNREG), and the candidate tile (cap
-256 / 1024). Every lever's output is checked equal to the default's. The decode step: the default FP8 and MXFP4
-scorers alone, with the column-order top-k, with the sorted one.
+64 / 256 / 512; fast.COLUMNS_ROW_CAP). Every lever's output is checked equal to the default's. The decode step:
+the default FP8 and MXFP4 scorers alone, with the column-order top-k, with the sorted one.
 """
 import json
 import sys
@@ -71,7 +71,7 @@ def main(out_path):
                 levers += [{"maxnreg": None, "tiers": 1}, {"maxnreg": 128, "tiers": 2}, {"maxnreg": 80, "tiers": 2},
                            {"maxnreg": 80, "tiers": 3}, {"maxnreg": 64, "tiers": 2}]
             if width <= 8192:
-                levers += [{"cap": 256}, {"cap": 1024}]
+                levers += [{"cap": 64}, {"cap": 256}, {"cap": 512}]
             for lever in levers:
                 us, out = time_topk(x, lengths, False, inner, **lever)
                 record(shape=name, rows=n, width=width, values=kind, lever=lever, columns_us=us,
