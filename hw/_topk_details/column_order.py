@@ -20,9 +20,11 @@ Per row:
                  narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
                  most CAP keys are inside (radix_fast._narrow_on_row: from the row's least and largest keys,
                  secant probes first), narrows those to a terminal state on a CAP tile (compacted through
-                 scratch), then stores the selection from the register tile. One read of the row; each thread
-                 holds adjacent columns of it (_row_columns), so both prefixes in column order are one scan of
-                 the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 scratch), then stores the selection from the register tile (tiles of up to 4096 columns gather
+                 the places into column order first, so that the writes are contiguous). One read of the row;
+                 each thread holds adjacent columns of it (_row_columns), so both prefixes in column order are
+                 one scan of the threads' counts; with more rows than SMs, programs share an SM
+                 (fast.COLUMNS_MAXNREG).
                  A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
                  upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
                  every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
@@ -70,7 +72,11 @@ from .radix_fast import (
     row_tiers,
     row_tile,
 )
-from .tile_scan import _exclusive_prefix, _row_columns, _scatter_view
+from .tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_view
+
+#: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
+#: faster there on the H200, level or slower on tiles of 8192 (docs/perf/h200-topk.md, "Contiguous writes")
+_GATHERED_STORE_MAX_TILE = tl.constexpr(4096)
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -98,6 +104,22 @@ def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS:
     tl.store(_scatter_view(place, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
              mask=_scatter_view(take, THREADS, VEC))
     return n_above + tl.sum(is_above.to(tl.int32), 0), n_inside + tl.sum(inside.to(tl.int32), 0)
+
+
+@triton.jit
+def _store_gathered(key, base, lo, hi, need, out_row, TILE: tl.constexpr, THREADS: tl.constexpr,
+                    VEC: tl.constexpr):
+    """_store_columns of a whole row held in a _row_columns tile from column `base`, the places first gathered into
+    column order (through shared memory), so that the lanes of a store hold adjacent columns and write adjacent
+    places instead of places a thread's selection apart."""
+    is_above = key > hi.to(tl.uint32)
+    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+    ranks = _exclusive_prefix((is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32), THREADS, VEC)
+    inside_rank = ranks & _RANK_MASK
+    place = tl.where(is_above | (inside & (inside_rank < need)), (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need),
+                     -1)
+    at = tl.gather(place, _row_entries(TILE, THREADS, VEC), 0)
+    tl.store(out_row + at, base + tl.arange(0, TILE), mask=at >= 0)
 
 
 @triton.jit
@@ -137,7 +159,10 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
         slots = tl.arange(0, CAP)
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
         lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-    _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
+    if (TILE <= _GATHERED_STORE_MAX_TILE) and (VEC == 4):
+        _store_gathered(key, base, lo, hi, k_eff - above, out_row, TILE, THREADS, VEC)
+    else:
+        _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
 @triton.jit

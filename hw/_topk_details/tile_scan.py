@@ -27,6 +27,14 @@ def _row_columns(base, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.conste
 
 
 @triton.jit
+def _row_entries(TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """The inverse of _row_columns (base 0): for each column c of the tile, the entry that holds it."""
+    REP: tl.constexpr = TILE // (VEC * THREADS)
+    c = tl.arange(0, TILE)
+    return VEC * (THREADS * (c // VEC % REP) + c // VEC // REP) + c % VEC
+
+
+@triton.jit
 def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
     """Exclusive prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else
     _row_columns' order (the sums of each thread's entries, scanned across the threads, then within the thread)."""

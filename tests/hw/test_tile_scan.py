@@ -1,6 +1,7 @@
-"""hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, and _exclusive_prefix
-gives each column the number of flagged columns before it in column order, whatever THREADS and VEC say (both
-layouts the kernels use, and the plain tile order of THREADS = 0), stored through _scatter_view's order."""
+"""hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, _row_entries inverts it,
+and _exclusive_prefix gives each column the number of flagged columns before it in column order, whatever THREADS
+and VEC say (both layouts the kernels use, and the plain tile order of THREADS = 0), stored through _scatter_view's
+order."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hw._topk_details.tile_scan import _exclusive_prefix, _row_columns, _scatter_view
+from hw._topk_details.tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_view
 
 pytestmark = pytest.mark.interp
 
@@ -24,6 +25,20 @@ def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl
     before = _exclusive_prefix(flags, THREADS, VEC)
     tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(before, THREADS, VEC))
     tl.store(cols_ptr + tl.arange(0, TILE), cols)
+
+
+@triton.jit
+def _entries_kernel(cols_ptr, entries_ptr, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    tl.store(cols_ptr + tl.arange(0, TILE), _row_columns(0, TILE, THREADS, VEC))
+    tl.store(entries_ptr + tl.arange(0, TILE), _row_entries(TILE, THREADS, VEC))
+
+
+@pytest.mark.parametrize("tile,threads,vec", [(64, 4, 4), (64, 16, 1), (256, 16, 4), (512, 128, 1), (4096, 256, 4)])
+def test_row_entries_invert_row_columns(tile, threads, vec, device):
+    cols = torch.empty(tile, dtype=torch.int32, device=device)
+    entries = torch.empty(tile, dtype=torch.int32, device=device)
+    _entries_kernel[(1,)](cols, entries, TILE=tile, THREADS=threads, VEC=vec)
+    np.testing.assert_array_equal(cols.cpu().numpy()[entries.cpu().numpy()], np.arange(tile))
 
 
 @pytest.mark.parametrize("tile,threads,vec", [(64, 0, 1), (64, 16, 1), (64, 4, 4), (256, 16, 4), (256, 64, 4),
