@@ -565,6 +565,27 @@ def test_column_order_row_tile_layouts(lanes: int, device):
     assert column_order.row_layout(tiling, 1024, 1, False) == {"THREADS": lanes * 8, "VEC": 1}
 
 
+@pytest.mark.parametrize("width", [8192, 4096])
+def test_column_order_store_forms(width: int, device):
+    """The on-chip store in both forms: a row tile of 8192 columns stores its selection scattered from the tile,
+    tiles of up to column_order._GATHERED_STORE_MAX_TILE gather the places into column order first (16-byte rows);
+    rows one column off 16-byte alignment store scattered at either width. N(0, 1), ReLU-degenerate and tied rows,
+    full and shortened: the oracle's selection in column order."""
+    k = 2048
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((4, width + 1)).astype(np.float32)
+    x[1] = np.maximum(x[1] - 0.5, 0.0)
+    x[2] = rng.choice(TIE_VALUES, size=width + 1)
+    ends = np.array([width, width - 5, k + 1, width // 2 + 3], dtype=np.int32)
+    for logits in (torch.from_numpy(x[:, :width].copy()).to(device), torch.from_numpy(x).to(device)[:, 1:]):
+        tiling = dataclasses.replace(radix_fast.fast_tiling(width, k), cap=topk_fast.COLUMNS_ROW_CAP)
+        out = torch.full((4, k), 12345, dtype=torch.int32, device=device)
+        column_order.launch_columns(logits, torch.from_numpy(ends).to(device), None, out, tiling)
+        values = logits.cpu().numpy()
+        want = in_column_order(sim_top_k(values, k, starts=np.zeros(4, dtype=np.int64), ends=ends.astype(np.int64)))
+        assert_exact(out.cpu().numpy(), want, f"column order, width {width}, vectors {column_order.vectors(logits)}")
+
+
 def test_column_order_scratch_is_never_trusted(device, monkeypatch):
     """The column-order launches' scratch (candidates, chunk table, group maxima, counts) filled with garbage:
     the results do not change."""
