@@ -16,15 +16,14 @@ which `_store_columns` computes from one cumsum: ties at the threshold are decid
 Per row:
   visible <= k   every visible column, start .. end - 1, then -1: the row is not read (the short rows of a
                  causal prefill, about k of them per prompt).
-  on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the
-                 narrowest of radix_fast's tiers, the longest rows first), narrows on the whole tile until at
-                 most CAP keys are inside (radix_fast._narrow_on_row: from the row's least and largest keys,
-                 secant probes first), narrows those to a terminal state on a CAP tile (compacted through
-                 scratch), then stores the selection from the register tile (tiles of up to 4096 columns gather
-                 the places into column order first, so that the writes are contiguous). One read of the row;
-                 each thread holds adjacent columns of it (_row_columns), so both prefixes in column order are
-                 one scan of the threads' counts; with more rows than SMs, programs share an SM
-                 (fast.COLUMNS_MAXNREG).
+  on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the narrowest of
+                 radix_fast's tiers, the longest rows first), narrows on the whole tile until at most CAP keys are
+                 inside (radix_fast._narrow_on_row: from the row's least and largest keys, a normal fit's guess and
+                 secant probes first), narrows those to a terminal state on a CAP tile (compacted through scratch), then
+                 stores the selection from the register tile (tiles of up to 4096 columns gather the places into column
+                 order first, so that the writes are contiguous). One read of the row; each thread holds adjacent
+                 columns of it (_row_columns), so both prefixes in column order are one scan of the threads' counts;
+                 with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
                  A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
                  upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
                  every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
@@ -63,6 +62,7 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
+    _moments,
     _narrow,
     _narrow_on_row,
     _row_range,
@@ -148,8 +148,10 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says."""
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0), visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, CAP, SECANT_ROUNDS, 0)
+    x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    total, squares = _moments(x, visible)
+    key = _order_key(x, visible)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)

@@ -18,11 +18,11 @@ which is the (value desc, index asc) rule: no tied key at the threshold is dropp
 
 Rounds on many keys are cheap per key but each ends in a block-wide reduction, so the interval is first narrowed
 on the whole row only until at most CAP keys are inside it (on chip: from the row's least and largest keys, one
-probe a round, secant steps on the counts before halvings: _narrow_on_row); those *candidates* (column, key) are
-compacted into a per-row scratch (in column order on the on-chip path, in any order on the long path, below) and
-the narrowing finishes on a CAP-wide register tile, several probes per round. The k_eff selected columns are
-compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 - column): descending composite order is the (value
-desc, column asc) rule), into a per-row scratch.
+probe a round, a guess from a normal fit of the row, then secant steps on the counts before halvings:
+_narrow_on_row); those *candidates* (column, key) are compacted into a per-row scratch (in column order on the
+on-chip path, in any order on the long path, below) and the narrowing finishes on a CAP-wide register tile, several
+probes per round. The k_eff selected columns are compacted, as 64-bit composites (signed key << 32 | (2^31 - 1 -
+column): descending composite order is the (value desc, column asc) rule), into a per-row scratch.
 
 Ordering them is a sample sort: one tl.sort of all k_eff composites in one program is a long chain of shuffles
 and barriers (most of the former kernel's time on the H200: docs/perf/h200-topk-phases.json), while the
@@ -289,13 +289,11 @@ def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
 
 
 @triton.jit
-def _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, secant, check):
-    """One round of one probe on a tile holding every key (0 = empty): the probe lo + 1 with `check`, else _probe's;
-    returns the new (lo, hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1
-    lo, -1 hi, 0 none; an end kept twice in a row has its weight halved, so both ends move) and the next `check`:
-    whether lo is the key of 0.0 and this round went down from a probe above lo + 1 without finding a key at or
-    above it."""
-    mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
+def _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo, w_hi, side, secant, check):
+    """One round of one probe, `mid` in [lo + 1, hi], on a tile holding every key (0 = empty); returns the new (lo,
+    hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1 lo, -1 hi, 0 none;
+    an end kept twice in a row has its weight halved, so both ends move) and the next `check`: whether lo is the key
+    of 0.0 and this round went down from a probe above lo + 1 without finding a key at or above it."""
     c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
     up = c >= k_eff
     check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
@@ -309,18 +307,58 @@ def _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo, w_hi, side, se
 
 
 @triton.jit
-def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr, SLACK: tl.constexpr):
-    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1) until the
-    state is terminal or at most CAP keys are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most
-    k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the module docstring. When n already stops the
-    rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and largest keys, n and 0.
+def _narrowing(lo, hi, ge_lo, above, k_eff, CAP: tl.constexpr, SLACK: tl.constexpr):
+    """Whether _narrow_on_row goes on: not terminal, and more than CAP keys inside (more than k_eff + SLACK >= lo)."""
+    return (ge_lo != k_eff) & (lo < hi) & ((ge_lo > k_eff + SLACK) if SLACK > 0 else (ge_lo - above > CAP))
+
+
+@triton.jit
+def _sums(a, squares_a, b, squares_b):
+    return a + b, squares_a + squares_b
+
+
+@triton.jit
+def _moments(x, visible):
+    """(sum, sum of squares) of the fp32 tile `x` where `visible`, in one reduction: _normal_guess's fit of a row."""
+    v = tl.where(visible, x, 0.0)
+    return tl.reduce((v, v * v), 0, _sums)
+
+
+@triton.jit
+def _normal_guess(lo, hi, total, squares, n, target):
+    """A probe in [lo + 1, hi]: the value that `target` (fp32) of n values would reach if they were normal with the
+    mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by Abramowitz and
+    Stegun 26.2.23 (within 4.5e-4); 0 (no guess) when that value is not a finite number (a NaN or an infinity among
+    the values) or target is not strictly between 0 and n. Only the rounds' count depends on it, never a result."""
+    m = n.to(tl.float32)
+    mean = total / m
+    std = tl.sqrt(tl.maximum(squares / m - mean * mean, 0.0))
+    tail = target / m
+    t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
+    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    value = mean + tl.where(tail < 0.5, z, -z) * std
+    at = _order_key(value, True).to(tl.int64)
+    ok = (tail > 0.0) & (tail < 1.0) & (tl.abs(value) <= _FLT_MAX)   # False for NaN
+    return tl.where(ok, tl.minimum(tl.maximum(at, lo + 1), hi), 0)
+
+
+@triton.jit
+def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
+                   SLACK: tl.constexpr):
+    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1; their values'
+    _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
+    (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
+    module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
+    largest keys, n and 0.
 
     The interval starts at the row's least and largest keys (no round is spent above or below them). The first
-    SECANT_ROUNDS probes are secant steps on the counts (_secant_round), the rest halve the key interval: at most
-    SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next key up, and so is
-    the probe after a round that went down from lo = the key of 0.0 without finding a key above its probe: when
-    fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it (ReLU-degenerate
-    rows, thousands of exact zeros straddling the k-th place)."""
+    probe is where the count would reach its target if the values were normal with their mean and variance
+    (_normal_guess: on N(0, 1) rows and the decode step's logits about 2.5 rounds fewer than secant steps from the
+    ends); the next ones up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the key
+    interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
+    key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above
+    its probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
+    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
     lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
@@ -331,9 +369,16 @@ def _narrow_on_row(key, visible, n, k_eff, CAP: tl.constexpr, SECANT_ROUNDS: tl.
     side = above
     rounds = above
     target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
-    while (ge_lo != k_eff) & (lo < hi) & ((ge_lo > k_eff + SLACK) if SLACK > 0 else (ge_lo - above > CAP)):
+    first = _normal_guess(lo, hi, total, squares, n, target)
+    # that round apart, so that the rounds' loop carries nothing more (registers of the capped kernels)
+    if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check == 0) & (first != 0):
+        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, first, lo, hi, ge_lo, above, k_eff, w_lo,
+                                                                      w_hi, side, check == 0, check)
+        rounds += 1
+    while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
         secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, lo, hi, ge_lo, above, k_eff, target, w_lo,
+        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
+        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
                                                                       w_hi, side, secant, check)
         rounds += 1
     return lo, hi, ge_lo, above
@@ -555,8 +600,11 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     (lo, hi, ge_lo, above, direct, bucketed)."""
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, CAP, SECANT_ROUNDS, 0)
+    x = tl.load(row_ptr + cols, mask=visible, other=0.0)
+    total, squares = _moments(x, visible)
+    key = _order_key(x, visible)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
+                                          SECANT_ROUNDS, 0)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -693,7 +741,9 @@ def _tau_kernel(
     g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
-    tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, CAP, SECANT_ROUNDS, CAP // _TAU_SLACK_DIV)
+    total, squares = _moments(_key_value(gmax), gmax > 0)
+    tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
+                                  CAP // _TAU_SLACK_DIV)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
     lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
     qualifies = gmax >= lo.to(tl.uint32)
