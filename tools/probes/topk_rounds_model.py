@@ -1,0 +1,101 @@
+"""A CPU model (NumPy) of the rounds on a whole row (radix_fast._narrow_on_row): how many one-probe rounds it takes
+until at most CAP keys are inside the interval (or, for tau, at most k + SLACK group maxima reach lo), with the
+first probe from the row's least and largest keys by a secant step, or from a normal fit of the row's values (the
+kernels' form: the quantile by Abramowitz and Stegun 26.2.23).
+
+Rows (k = 2048, 24 of each): N(0, 1) x 8192, ReLU-degenerate ((x - 0.5).clamp_min(0)), logits like the decode
+step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k, signed weights), causal rows of 2049-8192 columns of
+N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8 rows). Prints the mean and the largest count of
+rounds per kind and first probe.
+
+    python3 -m tools.probes.topk_rounds_model
+"""
+import math
+
+import numpy as np
+import torch
+
+from tools.probes.topk_buckets_model import keys, val
+
+K, CAP, SLACK, SECANT_ROUNDS, ROWS = 2048, 128, 256, 8, 24
+SIGN_BIT = 2 ** 31
+
+
+def key_of(value: float) -> int:
+    return int(keys(np.array([value], dtype=np.float32))[0])
+
+
+def normal_quantile(tail: float) -> float:
+    """The kernels' z with P(N(0, 1) > z) = tail (Abramowitz and Stegun 26.2.23)."""
+    t = math.sqrt(-2.0 * math.log(min(tail, 1.0 - tail)))
+    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    return z if tail < 0.5 else -z
+
+
+def rounds(x: np.ndarray, guess: bool, slack: int = 0) -> int:
+    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible)."""
+    key = keys(np.ascontiguousarray(x, dtype=np.float32))
+    ordered = np.sort(key)
+    count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
+    n = len(key)
+    lo, hi, ge_lo, above = int(ordered[0]), int(ordered[-1]), n, 0
+    check, w_lo, w_hi, side, done = int(lo == SIGN_BIT), 1.0, 1.0, 0, 0
+    target = K + 0.5 * slack if slack else K - 0.5
+    first = 0
+    if guess and not check:
+        mean, std = float(x.mean()), float(x.std())
+        value = mean + normal_quantile(target / n) * std
+        first = min(max(key_of(value), lo + 1), hi) if math.isfinite(value) else 0
+    while ge_lo != K and lo < hi and (ge_lo > K + slack if slack else ge_lo - above > CAP):
+        secant = done < SECANT_ROUNDS and not check
+        if check:
+            mid = lo + 1
+        elif done == 0 and first:
+            mid = first
+        else:
+            a, b = float(val(np.int64(lo))), float(val(np.int64(hi)))
+            f_lo, f_hi = (ge_lo - target) * w_lo, (target - above) * w_hi
+            t = f_lo / (f_lo + f_hi)
+            finite = math.isfinite(a) and math.isfinite(b)
+            mid = min(max(key_of(a * (1 - t) + b * t), lo + 1), hi) if secant and finite else lo + ((hi - lo + 1) >> 1)
+        c = count(mid)
+        up = c >= K
+        check = int(not check and lo == SIGN_BIT and not up and c == above)
+        kept = -1 if up else 1
+        if secant and kept != side:
+            w_lo = w_hi = 1.0
+        elif secant and kept == 1:
+            w_lo *= 0.5
+        elif secant:
+            w_hi *= 0.5
+        side = kept if secant else side
+        lo, ge_lo, hi, above = (mid, c, hi, above) if up else (lo, ge_lo, mid - 1, c)
+        done += 1
+    return done
+
+
+def main() -> None:
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(ROWS, 8192, 128, generator=g).to(torch.bfloat16).float()
+    q = torch.randn(ROWS, 32, 128, generator=g).to(torch.bfloat16).float()
+    w = torch.randn(ROWS, 32, generator=g)
+    normal = torch.randn(ROWS, 8192, generator=g).numpy()
+    kinds = {
+        "N(0,1) x 8192": [(r, 0) for r in normal],
+        "ReLU x 8192": [(r, 0) for r in (torch.randn(ROWS, 8192, generator=g) - 0.5).clamp_min(0.0).numpy()],
+        "decode-like x 8192": [(r, 0) for r in torch.einsum("bh,bhw->bw", w, torch.relu(
+            torch.einsum("bhd,bwd->bhw", q, k))).numpy()],
+        "causal N(0,1), 2049-8192": [(normal[i, :2049 + (8192 - 2049) * i // (ROWS - 1)], 0) for i in range(ROWS)],
+        "tau, maxima of 16 of 131072": [(torch.randn(131072, generator=g).numpy().reshape(-1, 16).max(1), SLACK)
+                                        for _ in range(8)],
+    }
+    for name, rows in kinds.items():
+        line = []
+        for guess in (False, True):
+            counts = [rounds(x, guess, slack) for x, slack in rows]
+            line.append(f"{'normal fit' if guess else 'secant'}: mean {np.mean(counts):.2f}, largest {max(counts)}")
+        print(f"{name:30s}", " | ".join(line))
+
+
+if __name__ == "__main__":
+    main()
