@@ -351,14 +351,14 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
     largest keys, n and 0.
 
-    The interval starts at the row's least and largest keys (no round is spent above or below them). The first
-    probe is where the count would reach its target if the values were normal with their mean and variance
-    (_normal_guess: on N(0, 1) rows and the decode step's logits about 2.5 rounds fewer than secant steps from the
-    ends); the next ones up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the key
-    interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
-    key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above
-    its probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
-    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    The interval starts at the row's least and largest keys (no round is spent above or below them). The first probe is
+    where the count would reach its target if the values were normal with their mean and variance (_normal_guess: on
+    bell-shaped rows, the decode step's logits among them, about half the rounds of secant steps from the ends;
+    docs/perf/h200-topk.md, "The first probe from a normal fit"); the next ones up to SECANT_ROUNDS are secant steps on
+    the counts (_secant_round), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the
+    least key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo =
+    the key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
+    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
     lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
@@ -370,7 +370,7 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     rounds = above
     target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
     first = _normal_guess(lo, hi, total, squares, n, target)
-    # that round apart, so that the rounds' loop carries nothing more (registers of the capped kernels)
+    # the guess's round apart, so that the rounds' loop carries nothing more (registers of the capped kernels)
     if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check == 0) & (first != 0):
         lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, first, lo, hi, ge_lo, above, k_eff, w_lo,
                                                                       w_hi, side, check == 0, check)
