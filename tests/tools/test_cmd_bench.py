@@ -82,7 +82,8 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
         "format": kv_dtype, "time_us": 20.0, "GBps": 3000.0, "MB_moved": 60.0, "variant_arg": kw["variant"]})
     monkeypatch.setattr(cmd_bench, "_prefill_case", lambda kv_dtype, **kw: {
         "format": kv_dtype, "time_us": 200.0, "TFLOPs": 700.0, "variant_arg": kw["variant"]})
-    monkeypatch.setattr(cmd_bench, "_hook_prefill_case", lambda kv_dtype, **kw: {"format": kv_dtype, "time_us": 900.0})
+    monkeypatch.setattr(cmd_bench, "_hook_prefill_case", lambda kv_dtype, **kw: {
+        "format": kv_dtype, "time_us": 900.0, "device_us": 300.0, "host_us": 880.0})
     monkeypatch.setattr(cmd_bench, "_topk_case", lambda **kw: {**kw, "time_us": 40.0, "torch_topk_us": 60.0,
                                                                "vs_torch": 0.67})
     out = tmp_path / "bench.json"
@@ -98,6 +99,7 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     assert {r["queries"] for r in report["prefill"]} == {4096, 8192}
     assert {(r["format"], r["prompt"]) for r in report["hook_prefill"]} == {("fp8", 8192), ("mxfp4", 8192)}
     assert all(r["vs_fp8_causal_scorer"] == 900.0 / 200.0 for r in report["hook_prefill"])
+    assert all(r["device_vs_fp8_causal_scorer"] == 300.0 / 200.0 for r in report["hook_prefill"])
     rows = [r for r in report["topk"] if not r.get("causal")]
     assert sorted((r["variant"], r["width"], r.get("sorted", True)) for r in rows) == sorted(
         [(v.name, w, True) for w in (8192, 131072) for v in variants(Op.TOPK, target=Target.NVIDIA)]
