@@ -143,15 +143,17 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 @triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
-                     SECANT_ROUNDS: tl.constexpr):
+                     SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
-    base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says."""
+    base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
+    SPREAD: _narrow_on_row's."""
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
     total, squares = _moments(x, visible)
     key = _order_key(x, visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0)
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
+                                          SPREAD)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)
@@ -216,6 +218,9 @@ def _columns_row_kernel(
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
+    # the first round on a row: a bracket of 3/4 CAP keys about the fit's quantile for one program a row, the
+    # quantile alone for many rows (docs/perf/h200-topk.md, "A bracket about the fit's quantile")
+    SPREAD: tl.constexpr = 3 * CAP // 8 if TIERS == 1 else 0
     if TIERS == 1:
         row = tl.program_id(0).to(tl.int64)
     else:   # the last rows first: in causal batches they are the longest, so the short ones fill the tail
@@ -228,22 +233,22 @@ def _columns_row_kernel(
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
         _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
             _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
         elif TIERS == 2:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
         elif end - base > TILE_W // 4:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
         else:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
 
 
 @triton.jit
@@ -361,10 +366,12 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         logits, starts_arg, lengths, gmax, meta, cand, chunks, width, logits.stride(0), groups,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=True,
         num_warps=tiling.cand_warps, **pdl)
+    # launched after the candidates end, not beside them (no PDL): a program of it waiting beside them takes most of
+    # an SM's registers from them (docs/perf/h200-topk.md, "The long path's finish without PDL")
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
         CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, BLOCK=tiling.block,
-        num_warps=tiling.num_warps, **common, **pdl)
+        num_warps=tiling.num_warps, **common, PDL=False)
 
 
 def vectors(logits: torch.Tensor) -> bool:
@@ -430,5 +437,5 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                 "CHUNK_IDS": True, "PDL": tiling.pdl}),
         CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                     num_warps=tiling.num_warps, targets=targets,
-                    constexprs=common | {"CHUNKS": triton.next_power_of_2(chunk_w),
+                    constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))

@@ -325,11 +325,13 @@ def _moments(x, visible):
 
 
 @triton.jit
-def _normal_guess(lo, hi, total, squares, n, target):
-    """A probe in [lo + 1, hi]: the value that `target` (fp32) of n values would reach if they were normal with the
-    mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by Abramowitz and
-    Stegun 26.2.23 (within 4.5e-4); 0 (no guess) when that value is not a finite number (a NaN or an infinity among
-    the values) or target is not strictly between 0 and n. Only the rounds' count depends on it, never a result."""
+def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
+    """Probes (a, b), lo + 1 <= a <= b <= hi: where the count of n values would reach `target` (fp32) if they were
+    normal with the mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by
+    Abramowitz and Stegun 26.2.23 (within 4.5e-4), and SPREAD keys of that fit below and above it: the quantile's
+    value minus / plus SPREAD over the fit's density there (a == b, the quantile, when SPREAD is 0). (0, 0), no
+    guess, when the quantile is not a finite number (a NaN or an infinity among the values) or target is not
+    strictly between 0 and n. Only the rounds' count depends on it, never a result."""
     m = n.to(tl.float32)
     mean = total / m
     std = tl.sqrt(tl.maximum(squares / m - mean * mean, 0.0))
@@ -337,28 +339,49 @@ def _normal_guess(lo, hi, total, squares, n, target):
     t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
     z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
     value = mean + tl.where(tail < 0.5, z, -z) * std
-    at = _order_key(value, True).to(tl.int64)
+    # SPREAD keys of the fit span SPREAD / (n pdf(z) / std) in value; 2.5066283 = sqrt(2 pi)
+    half = SPREAD * 2.5066283 * std * tl.exp(0.5 * z * z) / m
+    a = _order_key(value - half, True).to(tl.int64)
+    b = _order_key(value + half, True).to(tl.int64)
     ok = (tail > 0.0) & (tail < 1.0) & (tl.abs(value) <= _FLT_MAX)   # False for NaN
-    return tl.where(ok, tl.minimum(tl.maximum(at, lo + 1), hi), 0)
+    return (tl.where(ok, tl.minimum(tl.maximum(a, lo + 1), hi), 0),
+            tl.where(ok, tl.minimum(tl.maximum(b, lo + 1), hi), 0))
+
+
+@triton.jit
+def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
+    """One round of two probes a <= b in [lo + 1, hi] on a tile holding every key (0 = empty; fewer than 2^16 of
+    them: both counts in one int32 reduction); returns the new (lo, hi, ge_lo, above)."""
+    tl.static_assert(key.shape[0] < 65536, "two counts packed in one int32")
+    packed = tl.sum(((key >= b.to(tl.uint32)).to(tl.int32) << 16) | (key >= a.to(tl.uint32)).to(tl.int32), 0)
+    c_a = packed & 0xFFFF
+    c_b = packed >> 16
+    up_b = c_b >= k_eff
+    up_a = c_a >= k_eff
+    return (tl.where(up_b, b, tl.where(up_a, a, lo)), tl.where(up_b, hi, tl.where(up_a, b - 1, a - 1)),
+            tl.where(up_b, c_b, tl.where(up_a, c_a, ge_lo)), tl.where(up_b, above, tl.where(up_a, c_b, c_a)))
 
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
-                   SLACK: tl.constexpr):
+                   SLACK: tl.constexpr, SPREAD: tl.constexpr):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1; their values'
     _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
     (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
     module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
     largest keys, n and 0.
 
-    The interval starts at the row's least and largest keys (no round is spent above or below them). The first probe is
-    where the count would reach its target if the values were normal with their mean and variance (_normal_guess: on
-    bell-shaped rows, the decode step's logits among them, about half the rounds of secant steps from the ends;
-    docs/perf/h200-topk.md, "The first probe from a normal fit"); the next ones up to SECANT_ROUNDS are secant steps on
-    the counts (_secant_round), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the
-    least key is 0.0's the first probe is the next key up, and so is the probe after a round that went down from lo =
-    the key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key left inside is
-    0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    The interval starts at the row's least and largest keys (no round is spent above or below them). The first round
+    probes where the count would reach its target if the values were normal with their mean and variance
+    (_normal_guess): the quantile alone with SPREAD = 0, else two probes SPREAD keys of the fit below and above it
+    (_bracket_round; SPREAD > 0 only without SLACK). On bell-shaped rows, the decode step's logits among them, the
+    quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys most of the rest
+    (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's quantile"). The next
+    rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest
+    halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe
+    is the next key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a
+    key above its probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on
+    it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
     lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
@@ -369,11 +392,15 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     side = above
     rounds = above
     target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
-    first = _normal_guess(lo, hi, total, squares, n, target)
+    tl.static_assert((SPREAD == 0) or (SLACK == 0), "a bracket narrows toward CAP keys inside, not toward SLACK")
+    first, second = _normal_guess(lo, hi, total, squares, n, target, SPREAD)
     # the guess's round apart, so that the rounds' loop carries nothing more (registers of the capped kernels)
     if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check == 0) & (first != 0):
-        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, first, lo, hi, ge_lo, above, k_eff, w_lo,
-                                                                      w_hi, side, check == 0, check)
+        if SPREAD == 0:
+            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, first, lo, hi, ge_lo, above, k_eff,
+                                                                          w_lo, w_hi, side, True, check)
+        else:   # lo stays above the key of 0.0 (check == 0): nothing for `check` to see
+            lo, hi, ge_lo, above = _bracket_round(key, first, second, lo, hi, ge_lo, above, k_eff)
         rounds += 1
     while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
         secant = (rounds < SECANT_ROUNDS) & (check == 0)
@@ -604,7 +631,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     total, squares = _moments(x, visible)
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
-                                          SECANT_ROUNDS, 0)
+                                          SECANT_ROUNDS, 0, 0)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -743,7 +770,7 @@ def _tau_kernel(
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
     total, squares = _moments(_key_value(gmax), gmax > 0)
     tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
-                                  CAP // _TAU_SLACK_DIV)
+                                  CAP // _TAU_SLACK_DIV, 0)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
     lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
     qualifies = gmax >= lo.to(tl.uint32)

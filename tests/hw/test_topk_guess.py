@@ -1,7 +1,8 @@
-"""hw/_topk_details/radix_fast._normal_guess, the first probe of the rounds on a whole row: the value a count target
-would reach under a normal fit of the row's values, as a key clamped into [lo + 1, hi], or 0 (no guess)
-when the fit is not a finite number. The selection never depends on it (every top-k test covers that); these
-check that it is the probe it claims to be."""
+"""hw/_topk_details/radix_fast._normal_guess and _bracket_round, the first round on a whole row: the value a count
+target would reach under a normal fit of the row's values (and a bracket of keys of the fit about it), as keys
+clamped into [lo + 1, hi], or 0 (no guess) when the fit is not a finite number; the two probes counted in one
+reduction. The selection never depends on the probes (every top-k test covers that); these check that they are
+the probes they claim to be."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hw._topk_details.radix_fast import _normal_guess
+from hw._topk_details.radix_fast import _bracket_round, _normal_guess
 
 pytestmark = pytest.mark.interp
 
@@ -20,20 +21,30 @@ FULL = (1, 2 ** 32 - 1)   # every key except that of nothing visible
 
 
 @triton.jit
-def _guess_kernel(stats_ptr, bounds_ptr, out_ptr):
+def _guess_kernel(stats_ptr, bounds_ptr, out_ptr, SPREAD: tl.constexpr):
     total = tl.load(stats_ptr)
     squares = tl.load(stats_ptr + 1)
     target = tl.load(stats_ptr + 2)
     n = tl.load(bounds_ptr + 2).to(tl.int32)
-    tl.store(out_ptr, _normal_guess(tl.load(bounds_ptr), tl.load(bounds_ptr + 1), total, squares, n, target))
+    a, b = _normal_guess(tl.load(bounds_ptr), tl.load(bounds_ptr + 1), total, squares, n, target, SPREAD)
+    tl.store(out_ptr, a)
+    tl.store(out_ptr + 1, b)
+
+
+def _probes(total, squares, target, n, bounds, device, spread: int = 0) -> tuple[int, int]:
+    stats = torch.tensor([total, squares, target], dtype=torch.float32, device=device)
+    ints = torch.tensor([*bounds, n], dtype=torch.int64, device=device)
+    out = torch.full((2,), -1, dtype=torch.int64, device=device)
+    _guess_kernel[(1,)](stats, ints, out, SPREAD=spread)
+    a, b = out.tolist()
+    return a, b
 
 
 def _guess(total, squares, target, n, bounds, device) -> int:
-    stats = torch.tensor([total, squares, target], dtype=torch.float32, device=device)
-    ints = torch.tensor([*bounds, n], dtype=torch.int64, device=device)
-    out = torch.full((1,), -1, dtype=torch.int64, device=device)
-    _guess_kernel[(1,)](stats, ints, out)
-    return int(out.item())
+    """The quantile's probe (SPREAD 0: both probes equal)."""
+    a, b = _probes(total, squares, target, n, bounds, device)
+    assert a == b, (a, b)
+    return a
 
 
 def _key(value: float) -> int:
@@ -86,3 +97,65 @@ def test_guess_near_the_kth_of_normal_rows(device):
         got = _guess(float(x.sum(dtype=np.float64)), float((x.astype(np.float64) ** 2).sum()), 2047.5, x.size, FULL,
                      device)
         assert _key(kth - 0.05) <= got <= _key(kth + 0.05)
+
+
+@pytest.mark.parametrize("spread", [48, 384])
+def test_bracket_holds_about_twice_spread_keys(spread, device):
+    """On N(0, 1) rows of 8192 the probes SPREAD keys of the fit below and above the 2048-th key's quantile hold
+    about 2 SPREAD of the row's keys between them (within a factor 1.5: the row is not its fit), and the quantile's
+    own probe lies between them."""
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        x = rng.standard_normal(8192).astype(np.float32)
+        stats = (float(x.sum(dtype=np.float64)), float((x.astype(np.float64) ** 2).sum()), 2047.5, x.size, FULL)
+        a, b = _probes(*stats, device, spread)
+        keys = np.array([_key(float(v)) for v in x])
+        inside = int(((keys >= a) & (keys < b)).sum())
+        assert 2 * spread / 1.5 <= inside <= 2 * spread * 1.5, (spread, inside)
+        assert a < _guess(*stats, device) < b
+
+
+def test_bracket_is_clamped_and_empty_fit_gives_none(device):
+    """Both probes are clamped into [lo + 1, hi]; a NaN in the sums gives (0, 0)."""
+    lo, hi = _key(1.0), _key(2.0)
+    assert _probes(0.0, 1024.0, 512.0, 1024, (lo, hi), device, 48) == (lo + 1, lo + 1)
+    lo, hi = _key(-2.0), _key(-1.0)
+    assert _probes(0.0, 1024.0, 512.0, 1024, (lo, hi), device, 48) == (hi, hi)
+    assert _probes(float("nan"), 1.0, 10.0, 100, FULL, device, 48) == (0, 0)
+
+
+@triton.jit
+def _bracket_kernel(key_ptr, state_ptr, out_ptr, N: tl.constexpr):
+    key = tl.load(key_ptr + tl.arange(0, N)).to(tl.uint32, bitcast=True)
+    lo, hi, ge_lo, above = _bracket_round(key, tl.load(state_ptr), tl.load(state_ptr + 1), tl.load(state_ptr + 2),
+                                          tl.load(state_ptr + 3), tl.load(state_ptr + 4).to(tl.int32),
+                                          tl.load(state_ptr + 5).to(tl.int32), tl.load(state_ptr + 6).to(tl.int32))
+    tl.store(out_ptr, lo)
+    tl.store(out_ptr + 1, hi)
+    tl.store(out_ptr + 2, ge_lo.to(tl.int64))
+    tl.store(out_ptr + 3, above.to(tl.int64))
+
+
+@pytest.mark.parametrize("k_eff", [1, 257, 1024])
+@pytest.mark.parametrize("case", ["both reach", "the lower reaches", "neither reaches", "equal probes"])
+def test_bracket_round_keeps_the_kth_key(k_eff, case, device):
+    """One round of two probes on 1024 keys with ties: the new interval is the one of the three (both probes reach
+    the k_eff-th largest key, the lower one only, neither) that holds it, ge_lo / above count the keys >= lo / > hi,
+    against NumPy."""
+    rng = np.random.default_rng(k_eff)
+    keys = rng.integers(2, 4000, 1024).astype(np.int64)
+    kth = int(np.sort(keys)[-k_eff])
+    lo, hi = 1, 4000
+    a, b = {"both reach": (max(kth - 300, 2), kth), "the lower reaches": (kth, kth + 1),
+            "neither reaches": (kth + 1, kth + 200), "equal probes": (kth, kth)}[case]
+    a, b = min(a, hi), min(b, hi)
+    state = torch.tensor([a, b, lo, hi, 1024, 0, k_eff], dtype=torch.int64, device=device)
+    out = torch.zeros(4, dtype=torch.int64, device=device)
+    _bracket_kernel[(1,)](torch.tensor(keys.astype(np.int32), device=device), state, out, N=1024)
+    new_lo, new_hi, ge_lo, above = out.tolist()
+    expected = {"both reach": (b, hi), "the lower reaches": (a, b - 1), "neither reaches": (lo, a - 1),
+                "equal probes": (b, hi)}[case]
+    assert (new_lo, new_hi) == expected
+    assert new_lo <= kth <= new_hi
+    assert ge_lo == int((keys >= new_lo).sum()) >= k_eff
+    assert above == int((keys > new_hi).sum()) < k_eff

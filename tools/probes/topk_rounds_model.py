@@ -1,12 +1,13 @@
-"""A CPU model (NumPy) of the rounds on a whole row (radix_fast._narrow_on_row): how many one-probe rounds it takes
-until at most CAP keys are inside the interval (or, for tau, at most k + SLACK group maxima reach lo), with the
-first probe from the row's least and largest keys by a secant step, or from a normal fit of the row's values (the
-kernels' form: the quantile by Abramowitz and Stegun 26.2.23).
+"""A CPU model (NumPy) of the rounds on a whole row (radix_fast._narrow_on_row): how many rounds it takes until at
+most CAP keys are inside the interval (or, for tau, at most k + SLACK group maxima reach lo), with the first probe
+from the row's least and largest keys by a secant step, from a normal fit of the row's values (the kernels' form:
+the quantile by Abramowitz and Stegun 26.2.23), or a first round of two probes 3/8 CAP keys of that fit below and
+above the quantile (_bracket_round: the column-order kernel with one program a row).
 
 Rows (k = 2048, 24 of each): N(0, 1) x 8192, ReLU-degenerate ((x - 0.5).clamp_min(0)), logits like the decode
 step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k, signed weights), causal rows of 2049-8192 columns of
-N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8 rows). Prints the mean and the largest count of
-rounds per kind and first probe.
+N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8 rows; no bracket there). Prints the mean and the
+largest count of rounds per kind and first round.
 
     python3 -m tools.probes.topk_rounds_model
 """
@@ -32,8 +33,9 @@ def normal_quantile(tail: float) -> float:
     return z if tail < 0.5 else -z
 
 
-def rounds(x: np.ndarray, guess: bool, slack: int = 0) -> int:
-    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible)."""
+def rounds(x: np.ndarray, guess: bool, slack: int = 0, spread: int = 0) -> int:
+    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible); with `guess` and spread > 0 the
+    first round probes spread keys of the fit below and above the quantile."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
@@ -42,15 +44,24 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0) -> int:
     check, w_lo, w_hi, side, done = int(lo == SIGN_BIT), 1.0, 1.0, 0, 0
     target = K + 0.5 * slack if slack else K - 0.5
     first = 0
+    narrowing = lambda: ge_lo != K and lo < hi and (ge_lo > K + slack if slack else ge_lo - above > CAP)  # noqa: E731
     if guess and not check:
         mean, std = float(x.mean()), float(x.std())
-        value = mean + normal_quantile(target / n) * std
+        z = normal_quantile(target / n)
+        value = mean + z * std
         first = min(max(key_of(value), lo + 1), hi) if math.isfinite(value) else 0
-    while ge_lo != K and lo < hi and (ge_lo > K + slack if slack else ge_lo - above > CAP):
+        if first and spread and narrowing():   # the bracket: SPREAD keys of the fit's density on either side
+            half = spread * math.sqrt(2 * math.pi) * std * math.exp(0.5 * z * z) / n
+            a, b = (min(max(key_of(value + d), lo + 1), hi) for d in (-half, half))
+            c_a, c_b = count(a), count(b)
+            lo, ge_lo, hi, above = ((b, c_b, hi, above) if c_b >= K else (a, c_a, b - 1, c_b) if c_a >= K
+                                    else (lo, ge_lo, a - 1, c_a))
+            done, first = 1, 0
+    while narrowing():
         secant = done < SECANT_ROUNDS and not check
         if check:
             mid = lo + 1
-        elif done == 0 and first:
+        elif done == 0 and first:   # the quantile alone
             mid = first
         else:
             a, b = float(val(np.int64(lo))), float(val(np.int64(hi)))
@@ -89,11 +100,12 @@ def main() -> None:
         "tau, maxima of 16 of 131072": [(torch.randn(131072, generator=g).numpy().reshape(-1, 16).max(1), SLACK)
                                         for _ in range(8)],
     }
+    firsts = {"secant": (False, 0), "normal fit": (True, 0), "bracket": (True, 3 * CAP // 8)}
     for name, rows in kinds.items():
         line = []
-        for guess in (False, True):
-            counts = [rounds(x, guess, slack) for x, slack in rows]
-            line.append(f"{'normal fit' if guess else 'secant'}: mean {np.mean(counts):.2f}, largest {max(counts)}")
+        for label, (guess, spread) in firsts.items():
+            counts = [rounds(x, guess, slack, 0 if slack else spread) for x, slack in rows]
+            line.append(f"{label}: mean {np.mean(counts):.2f}, largest {max(counts)}")
         print(f"{name:30s}", " | ".join(line))
 
 
