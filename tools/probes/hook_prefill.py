@@ -5,8 +5,8 @@ format; with `profile`, torch.profiler's tables of five calls (the kernels' devi
 
     python3 -m tools.probes.hook_prefill LABEL [profile]
 
-prints one JSON line `LABEL {format: {"eager_us": [...], "queued_us": [...], "host_us_per_call": ...}}`. An A/B of two forms of
-integration/indexer.py runs it once per form, alternating, each in a process of its own.
+prints one JSON line `LABEL {format: {"eager_us": [...], "queued_us": [...], "host_us_per_call": ...}}`. An A/B
+of two forms of integration/indexer.py runs it once per form, alternating, each in a process of its own.
 """
 import json
 import sys
