@@ -350,9 +350,10 @@ def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
 
 @triton.jit
 def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
-    """One round of two probes a <= b in [lo + 1, hi] on a tile holding every key (0 = empty; fewer than 2^16 of
-    them: both counts in one int32 reduction); returns the new (lo, hi, ge_lo, above)."""
-    tl.static_assert(key.shape[0] < 65536, "two counts packed in one int32")
+    """One round of two probes a <= b in [lo + 1, hi] on a tile holding every key (0 = empty; fewer than 2^15 of
+    them: both counts in one int32 reduction, neither reaching its sign bit); returns the new (lo, hi, ge_lo,
+    above)."""
+    tl.static_assert(key.shape[0] < 32768, "two counts of up to 15 bits packed in one int32")
     packed = tl.sum(((key >= b.to(tl.uint32)).to(tl.int32) << 16) | (key >= a.to(tl.uint32)).to(tl.int32), 0)
     c_a = packed & 0xFFFF
     c_b = packed >> 16
@@ -375,13 +376,13 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     probes where the count would reach its target if the values were normal with their mean and variance
     (_normal_guess): the quantile alone with SPREAD = 0, else two probes SPREAD keys of the fit below and above it
     (_bracket_round; SPREAD > 0 only without SLACK). On bell-shaped rows, the decode step's logits among them, the
-    quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys most of the rest
-    (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's quantile"). The next
-    rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest
-    halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe
-    is the next key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a
-    key above its probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on
-    it (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys on either side
+    most of the rest (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's
+    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the
+    key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
+    key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above its
+    probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
+    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
     lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
