@@ -7,20 +7,21 @@ the report follows it), at most once per program and kind.
 import triton
 import triton.language as tl
 
+from ._constant import Constant
 from .checks import FLAG_COUNT, FLAG_KIND, FLAG_ROW, FLAG_VALUE, ErrorKind
 
-KIND_PAGE_ID = tl.constexpr(ErrorKind.PAGE_ID.value)
-KIND_CONTEXT_PAST_TABLE = tl.constexpr(ErrorKind.CONTEXT_PAST_TABLE.value)
-KIND_SLOT = tl.constexpr(ErrorKind.SLOT.value)
-KIND_RANGE = tl.constexpr(ErrorKind.RANGE.value)
-KIND_CU_SEQ_LENS = tl.constexpr(ErrorKind.CU_SEQ_LENS.value)
-_COUNT = tl.constexpr(FLAG_COUNT)
-_KIND = tl.constexpr(FLAG_KIND)
-_ROW = tl.constexpr(FLAG_ROW)
-_VALUE = tl.constexpr(FLAG_VALUE)
-INT32_MIN = tl.constexpr(-(2**31))
-INT32_MAX = tl.constexpr(2**31 - 1)
-INT64_MAX = tl.constexpr(2**63 - 1)
+KIND_PAGE_ID = Constant(ErrorKind.PAGE_ID.value)
+KIND_CONTEXT_PAST_TABLE = Constant(ErrorKind.CONTEXT_PAST_TABLE.value)
+KIND_SLOT = Constant(ErrorKind.SLOT.value)
+KIND_RANGE = Constant(ErrorKind.RANGE.value)
+KIND_CU_SEQ_LENS = Constant(ErrorKind.CU_SEQ_LENS.value)
+_COUNT = Constant(FLAG_COUNT)
+_KIND = Constant(FLAG_KIND)
+_ROW = Constant(FLAG_ROW)
+_VALUE = Constant(FLAG_VALUE)
+INT32_MIN = Constant(-(2**31))
+INT32_MAX = Constant(2**31 - 1)
+INT64_MAX = Constant(2**63 - 1)
 
 
 @triton.jit

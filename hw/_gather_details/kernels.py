@@ -13,6 +13,7 @@ the kernels report these cases and a malformed cu_seq_lens to the error flag (hw
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._error_flag import (
     INT32_MAX,
     INT32_MIN,
@@ -32,8 +33,8 @@ from .._quant_details.page_offsets import (
     mxfp4_value_offsets,
 )
 
-FP8_NAN_BYTE = tl.constexpr(0x7F)
-F32_QNAN_BITS = tl.constexpr(0x7FC00000)
+FP8_NAN_BYTE = Constant(0x7F)
+F32_QNAN_BITS = Constant(0x7FC00000)
 
 
 @triton.jit

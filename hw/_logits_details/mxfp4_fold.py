@@ -32,21 +32,22 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._quant_details.codecs import E8M0_NAN, F32_QNAN_BITS
 from .._quant_details.page_offsets import MX_BLOCK, mxfp4_scale_base, mxfp4_scale_block_stride, mxfp4_scale_offset
 
-MX_FOLD_PTX = tl.constexpr(0)        # fold, conversion in inline PTX (NVIDIA)
-MX_FOLD_TL = tl.constexpr(1)         # fold, the same conversion in portable Triton (interpreter)
-MX_DOT_SCALED = tl.constexpr(2)      # tl.dot_scaled (gfx950's scaled MFMA)
-E8M0_ONE = tl.constexpr(127)         # the `other` of masked scale loads (2^0)
-FOLD_SPAN = tl.constexpr(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
-FOLD_TABLE_BIAS = tl.constexpr(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
-FOLD_KEY_BIAS = tl.constexpr(266)    # 2 * (127 + 6): both operands' E8M0 bias and their 2^6 fold offset
-EXACT_REL = tl.constexpr(-11)        # the exact pass's operands: e2m1 * 2^(EXACT_REL + 6) = e2m1 * 2^-5 (normal e4m3)
-EXACT_RESCALE = tl.constexpr(1024.0)  # 2^10 = (2^5)^2 undoes the exact pass's operands' 2^-5
-WORD_BYTES = tl.constexpr(4)         # bytes of a 32-bit word of codes
-BLOCK_WORDS = tl.constexpr(4)        # 32-bit words of codes per 32-element block
-MIN_SPLIT_K = tl.constexpr(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
+MX_FOLD_PTX = Constant(0)        # fold, conversion in inline PTX (NVIDIA)
+MX_FOLD_TL = Constant(1)         # fold, the same conversion in portable Triton (interpreter)
+MX_DOT_SCALED = Constant(2)      # tl.dot_scaled (gfx950's scaled MFMA)
+E8M0_ONE = Constant(127)         # the `other` of masked scale loads (2^0)
+FOLD_SPAN = Constant(11)         # block scales of a token may span 0..FOLD_SPAN binades on the fold path
+FOLD_TABLE_BIAS = Constant(12)   # e4m3 exponent field of e2m1 code 1 (0.5) at rel: rel + 12
+FOLD_KEY_BIAS = Constant(266)    # 2 * (127 + 6): both operands' E8M0 bias and their 2^6 fold offset
+EXACT_REL = Constant(-11)        # the exact pass's operands: e2m1 * 2^(EXACT_REL + 6) = e2m1 * 2^-5 (normal e4m3)
+EXACT_RESCALE = Constant(1024.0)  # 2^10 = (2^5)^2 undoes the exact pass's operands' 2^-5
+WORD_BYTES = Constant(4)         # bytes of a 32-bit word of codes
+BLOCK_WORDS = Constant(4)        # 32-bit words of codes per 32-element block
+MIN_SPLIT_K = Constant(32)       # the split K order needs K = D/2 >= one FP8 MMA's K (D >= 64)
 
 
 @triton.jit
@@ -91,11 +92,11 @@ prmt.b32 g, u, $2, 0x7362;
 lop3.b32 $1, m, g, 0x80808080, 0xF8;
 """
 #: _fold_words_ptx's body: $3, $4 = the tables (_fold_tables).
-FOLD_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", hi="$4") + "}\n")
+FOLD_PTX = Constant("{\n.reg .b32 s, m, u, g;" + _FOLD_BODY.format(lo="$3", hi="$4") + "}\n")
 #: fold_bytes_ptx's body: $3 = the block's table byte d in all 4 bytes (4 packed uint8 of one block); the tables
 #: of _fold_tables from it in 3 instructions (lo = (d * 0x01010101 & ~0xFF) + 0x0C080000, hi = d * 0x01010101 +
 #: 0x1C181410), then the fold: 12 instructions per 8 codes.
-FOLD_BYTES_PTX = tl.constexpr("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
+FOLD_BYTES_PTX = Constant("{\n.reg .b32 s, m, u, g, lo, hi;\nand.b32 lo, $3, 0xFFFFFF00;\n"
                               "add.u32 lo, lo, 0x0C080000;\nadd.u32 hi, $3, 0x1C181410;"
                               + _FOLD_BODY.format(lo="lo", hi="hi") + "}\n")
 

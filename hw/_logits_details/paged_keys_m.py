@@ -62,6 +62,7 @@ import dataclasses
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._error_flag import INT32_MIN, KIND_CONTEXT_PAST_TABLE, KIND_PAGE_ID, report_if
 from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.codecs import E8M0_NAN
@@ -107,14 +108,14 @@ from .mxfp4_fold import (
     table_byte,
 )
 
-FMT_FP8 = tl.constexpr(0)
-FMT_MXFP4 = tl.constexpr(1)
+FMT_FP8 = Constant(0)
+FMT_MXFP4 = Constant(1)
 
 #: the L2 policy of the small inputs every program reads before or beside its keys (context lengths, block-table
 #: entries, query rows, weights): kept over the key stream, which passes through L2 once (faster on the H200:
 #: docs/perf/h200-decode-ablation.md)
-KEEP_IN_L2 = tl.constexpr("evict_last")
-MAX_TILES = tl.constexpr(31)         # tiles per program: one bit each in the fallback mask
+KEEP_IN_L2 = Constant("evict_last")
+MAX_TILES = Constant(31)         # tiles per program: one bit each in the fallback mask
 
 PATHS = ("fold", "dot_scaled")       # the MXFP4 q.k paths (FP8 has one)
 #: where each MXFP4 path runs. dot_scaled: gfx950's native scaled MFMA, and the interpreter's emulation; not

@@ -49,6 +49,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from .._constant import Constant
 from .._error_flag import INT32_MAX
 from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.codecs import E8M0_NAN
@@ -80,11 +81,11 @@ from .paged_keys_m import (
     visible_lengths,
 )
 
-KEYS = gl.constexpr(64)             # keys per tile: one wgmma M
+KEYS = Constant(64)                # keys per tile: one wgmma M
 WGMMA_WARPS = 4                       # one warpgroup
 HEAD_DIMS = (64, 128)               # D / 2 code bytes per key = the K of each operand, a multiple of 32
 MAX_QUERY_COLUMNS = 128            # N_PAD * H_PAD
-MMA_COLUMNS = gl.constexpr(64)      # query columns of one MMA: 128 are scored in two halves, one after the other
+MMA_COLUMNS = Constant(64)         # query columns of one MMA: 128 are scored in two halves, one after the other
 CAPABILITY = (9, 0)                 # wgmma
 #: the register cap, 4 programs per SM: with a group of 4 tiles' codes in flight the fold loop fits in it at up to
 #: 64 query columns but for a few stack words (one reload per group); the rare exact pass spills at 64

@@ -57,6 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._error_flag import report_ranges
 from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import MX_BLOCK
@@ -95,9 +96,9 @@ from .paged_keys_m import (
     promoted_dot,
 )
 
-WIDE_KEY = tl.constexpr(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
-WIDE_QUERY = tl.constexpr(2)         # one of its query rows is outside the fold's range
-KEY_WIDE_SHIFT = tl.constexpr(8)     # fold_keys_kernel's kmeta: the wide bit above the 8 bits of sk_max
+WIDE_KEY = Constant(1)           # a program's flag bits (MXFP4): it met a key outside the fold's range
+WIDE_QUERY = Constant(2)         # one of its query rows is outside the fold's range
+KEY_WIDE_SHIFT = Constant(8)     # fold_keys_kernel's kmeta: the wide bit above the 8 bits of sk_max
 FOLD_KEYS_BLOCK = 64                 # keys per fold_keys_kernel program
 CLEAN_COLUMNS = 512                  # columns per store of clean_outside_kernel: [BLOCK_Q, 512] fp32 tiles
 #: NVIDIA only: FP8 products the MMA accumulates before an fp32 promotion (tl.dot's max_num_imprecise_acc);

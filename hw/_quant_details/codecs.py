@@ -15,42 +15,44 @@ Rounding v to a grid of step 2^k is a right shift of M by n = k - ev + 23 with r
 import triton
 import triton.language as tl
 
-F32_SIGN_MASK = tl.constexpr(0x7FFFFFFF)    # clears the sign bit
-F32_INF_BITS = tl.constexpr(0x7F800000)     # abs bits >= this: Inf or NaN
-F32_MANT_MASK = tl.constexpr(0x7FFFFF)
-F32_IMPLICIT_BIT = tl.constexpr(0x800000)
-F32_BIAS = tl.constexpr(127)
-F32_MANT_BITS = tl.constexpr(23)
-F32_QNAN_BITS = tl.constexpr(0x7FC00000)    # the NaN numpy writes (np.float32("nan"))
-MAX_SHIFT = tl.constexpr(25)                # M < 2^24, so M >> 25 rounds to 0 without overflowing 1 << n
+from .._constant import Constant
+
+F32_SIGN_MASK = Constant(0x7FFFFFFF)    # clears the sign bit
+F32_INF_BITS = Constant(0x7F800000)     # abs bits >= this: Inf or NaN
+F32_MANT_MASK = Constant(0x7FFFFF)
+F32_IMPLICIT_BIT = Constant(0x800000)
+F32_BIAS = Constant(127)
+F32_MANT_BITS = Constant(23)
+F32_QNAN_BITS = Constant(0x7FC00000)    # the NaN numpy writes (np.float32("nan"))
+MAX_SHIFT = Constant(25)                # M < 2^24, so M >> 25 rounds to 0 without overflowing 1 << n
 
 # Scale rules (DESIGN §1; ids shared with hw/quant.py): the exponent s = E - 2 is bumped by one when the block
 # maximum's mantissa field f (m = 1 + f / 2^23) is above the rule's threshold.
-RULE_FLOOR = tl.constexpr(0)   # never
-RULE_RCEIL = tl.constexpr(1)   # m > 1.5
-RULE_EVEN = tl.constexpr(2)    # m >= 1.75
-RULE_CEIL = tl.constexpr(3)    # m > 1
-RCEIL_F = tl.constexpr(0x400000)  # f of m = 1.5
-EVEN_F = tl.constexpr(0x600000)   # f of m = 1.75
+RULE_FLOOR = Constant(0)   # never
+RULE_RCEIL = Constant(1)   # m > 1.5
+RULE_EVEN = Constant(2)    # m >= 1.75
+RULE_CEIL = Constant(3)    # m > 1
+RCEIL_F = Constant(0x400000)  # f of m = 1.5
+EVEN_F = Constant(0x600000)   # f of m = 1.75
 
-E2M1_EMAX = tl.constexpr(2)       # 6 = 1.5 * 2^2
-E2M1_MAX_CODE = tl.constexpr(7)
-E2M1_SIGN = tl.constexpr(8)
-E8M0_BIAS = tl.constexpr(127)
-E8M0_MIN_BYTE = tl.constexpr(1)   # canonical writer: byte 0 is never written
-E8M0_MAX_BYTE = tl.constexpr(254)
-E8M0_NAN = tl.constexpr(255)
+E2M1_EMAX = Constant(2)       # 6 = 1.5 * 2^2
+E2M1_MAX_CODE = Constant(7)
+E2M1_SIGN = Constant(8)
+E8M0_BIAS = Constant(127)
+E8M0_MIN_BYTE = Constant(1)   # canonical writer: byte 0 is never written
+E8M0_MAX_BYTE = Constant(254)
+E8M0_NAN = Constant(255)
 
-E4M3_MIN_EXP = tl.constexpr(-6)   # smallest normal exponent; subnormal step 2^-9
-E4M3_MANT_BITS = tl.constexpr(3)
-E4M3_MAX_BITS = tl.constexpr(0x7E)  # 448
-E4M3_NAN = tl.constexpr(0x7F)
-E4M3_SIGN = tl.constexpr(0x80)
-E4M3_MAX_EXP = tl.constexpr(8)    # 448 = 1.75 * 2^8
-E4M3_MAX_F = tl.constexpr(0x600000)  # f of 1.75
+E4M3_MIN_EXP = Constant(-6)   # smallest normal exponent; subnormal step 2^-9
+E4M3_MANT_BITS = Constant(3)
+E4M3_MAX_BITS = Constant(0x7E)  # 448
+E4M3_NAN = Constant(0x7F)
+E4M3_SIGN = Constant(0x80)
+E4M3_MAX_EXP = Constant(8)    # 448 = 1.75 * 2^8
+E4M3_MAX_F = Constant(0x600000)  # f of 1.75
 # fp32(1e-4): the per-row scale uses max(amax, 1e-4). sim compares with the float64 1e-4; both give k = -22 for
 # any amax below them (448 * 2^-23 < fp32(1e-4) < 1e-4 < 448 * 2^-22), so the scales agree.
-FP8_AMAX_FLOOR_BITS = tl.constexpr(0x38D1B717)
+FP8_AMAX_FLOOR_BITS = Constant(0x38D1B717)
 
 
 @triton.jit

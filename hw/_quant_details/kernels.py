@@ -9,6 +9,7 @@ before any offset arithmetic, and each token's page is addressed as `cache + pag
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._error_flag import KIND_SLOT, report_if
 from .codecs import fp8_quantize_tile, mxfp4_quantize_tile
 from .page_offsets import (
@@ -20,8 +21,8 @@ from .page_offsets import (
     mxfp4_value_offsets,
 )
 
-BF16_SHIFT = tl.constexpr(16)       # a bf16 is the high half of the fp32 with the same value
-BF16_BITS_MASK = tl.constexpr(0xFFFF)
+BF16_SHIFT = Constant(16)       # a bf16 is the high half of the fp32 with the same value
+BF16_BITS_MASK = Constant(0xFFFF)
 
 
 @triton.jit

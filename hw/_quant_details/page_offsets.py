@@ -19,13 +19,14 @@ import triton
 import triton.language as tl
 
 from .. import checks, layout
+from .._constant import Constant
 
 # jit views of the host-side constants (hw/layout.py, hw/checks.py): one definition each
-TILE_D = tl.constexpr(layout.TILE_HEAD_DIM)          # mxfp4_tiled: head-dim elements per tile
-TILE_TOKENS = tl.constexpr(layout.TILE_TOKENS)       # mxfp4_tiled: tokens sharing a 4-byte scale word
-MX_BLOCK = tl.constexpr(checks.MX_BLOCK)             # MXFP4: elements per block (one scale byte)
-TILE_BYTES = tl.constexpr(checks.MX_BLOCK // 2)      # MXFP4: code bytes of one block
-SCALE_BYTES = tl.constexpr(4)                         # fp8: a token's fp32 scale, 4 little-endian bytes
+TILE_D = Constant(layout.TILE_HEAD_DIM)          # mxfp4_tiled: head-dim elements per tile
+TILE_TOKENS = Constant(layout.TILE_TOKENS)       # mxfp4_tiled: tokens sharing a 4-byte scale word
+MX_BLOCK = Constant(checks.MX_BLOCK)             # MXFP4: elements per block (one scale byte)
+TILE_BYTES = Constant(checks.MX_BLOCK // 2)      # MXFP4: code bytes of one block
+SCALE_BYTES = Constant(4)                         # fp8: a token's fp32 scale, 4 little-endian bytes
 
 
 @triton.jit

@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from . import radix_fast
@@ -76,7 +77,7 @@ from .tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_v
 
 #: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
 #: faster there on the H200, level or slower on tiles of 8192 (docs/perf/h200-topk.md, "Contiguous writes")
-_GATHERED_STORE_MAX_TILE = tl.constexpr(4096)
+_GATHERED_STORE_MAX_TILE = Constant(4096)
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers

@@ -35,22 +35,24 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._constant import Constant
+
 RADIX_BITS = 8
 RADIX = 1 << RADIX_BITS           # histogram bins per pass
 NUM_PASSES = 32 // RADIX_BITS     # digits of a 32-bit key
 
-_RADIX_BITS = tl.constexpr(RADIX_BITS)
-_RADIX = tl.constexpr(RADIX)
-_NUM_PASSES = tl.constexpr(NUM_PASSES)
-_DIGIT_MASK = tl.constexpr(RADIX - 1)
-_KEY_NONE = tl.constexpr(0)                  # invisible column or empty slot
-_KEY_NAN = tl.constexpr(1)                   # NaN ranks below -inf
-_SIGN = tl.constexpr(0x80000000)             # fp32 sign bit; also the key of +-0.0
-_ABS_MASK = tl.constexpr(0x7FFFFFFF)
-_INF_BITS = tl.constexpr(0x7F800000)         # |x| bits above this are NaN
-_NO_KEY = tl.constexpr(0xFFFFFFFF)           # threshold that selects nothing (no key reaches it)
-_INT32_MAX = tl.constexpr(0x7FFFFFFF)
-_EMPTY_SLOT = tl.constexpr(-(2 ** 63))       # composite of an empty slot: below every real composite
+_RADIX_BITS = Constant(RADIX_BITS)
+_RADIX = Constant(RADIX)
+_NUM_PASSES = Constant(NUM_PASSES)
+_DIGIT_MASK = Constant(RADIX - 1)
+_KEY_NONE = Constant(0)                  # invisible column or empty slot
+_KEY_NAN = Constant(1)                   # NaN ranks below -inf
+_SIGN = Constant(0x80000000)             # fp32 sign bit; also the key of +-0.0
+_ABS_MASK = Constant(0x7FFFFFFF)
+_INF_BITS = Constant(0x7F800000)         # |x| bits above this are NaN
+_NO_KEY = Constant(0xFFFFFFFF)           # threshold that selects nothing (no key reaches it)
+_INT32_MAX = Constant(0x7FFFFFFF)
+_EMPTY_SLOT = Constant(-(2 ** 63))       # composite of an empty slot: below every real composite
 
 
 @triton.jit

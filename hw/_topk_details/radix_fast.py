@@ -69,6 +69,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._constant import Constant
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import LaunchSettings, NotCovered
@@ -104,22 +105,22 @@ MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile wid
 COUNTER_STRIDE = 8           # int32 words between _count_sort's atomic counters: one per 32-byte sector
 MIN_TIER_W = 1024        # narrowest tile of a tier
 
-_KEY_MAX = tl.constexpr(0xFFFFFFFF)
-_FINE = tl.constexpr(FINE_BUCKETS)
-_SIGN_BIT = tl.constexpr(0x80000000)
-_FLT_MAX = tl.constexpr(3.4028234663852886e38)
-_KEY_MAP_SPAN = tl.constexpr(KEY_MAP_BINADES << 23)   # keys of one sign: 2^23 per binade
-_COUNTERS = tl.constexpr(FINE_BUCKETS + 32)           # the count scratch's word of _count_sort's first counter
-_COUNTER_STRIDE = tl.constexpr(COUNTER_STRIDE)
-_FLIP = tl.constexpr(0xFFFFFFFF)
-_COMPOSITE_MAX = tl.constexpr(2 ** 63 - 1)   # above every composite: the top segment's bound
-_TAU_SLACK_DIV = tl.constexpr(TAU_SLACK_DIV)
-_RANK_BITS = tl.constexpr(16)          # two exclusive ranks < 2^16 share one cumsum
-_RANK_MASK = tl.constexpr(0xFFFF)
-_META = tl.constexpr(4)                # per-row int32 words of the long path: tau, qualifying groups, candidates
-_META_TAU = tl.constexpr(0)
-_META_GROUPS = tl.constexpr(1)
-_META_COUNT = tl.constexpr(2)
+_KEY_MAX = Constant(0xFFFFFFFF)
+_FINE = Constant(FINE_BUCKETS)
+_SIGN_BIT = Constant(0x80000000)
+_FLT_MAX = Constant(3.4028234663852886e38)
+_KEY_MAP_SPAN = Constant(KEY_MAP_BINADES << 23)   # keys of one sign: 2^23 per binade
+_COUNTERS = Constant(FINE_BUCKETS + 32)           # the count scratch's word of _count_sort's first counter
+_COUNTER_STRIDE = Constant(COUNTER_STRIDE)
+_FLIP = Constant(0xFFFFFFFF)
+_COMPOSITE_MAX = Constant(2 ** 63 - 1)   # above every composite: the top segment's bound
+_TAU_SLACK_DIV = Constant(TAU_SLACK_DIV)
+_RANK_BITS = Constant(16)          # two exclusive ranks < 2^16 share one cumsum
+_RANK_MASK = Constant(0xFFFF)
+_META = Constant(4)                # per-row int32 words of the long path: tau, qualifying groups, candidates
+_META_TAU = Constant(0)
+_META_GROUPS = Constant(1)
+_META_COUNT = Constant(2)
 
 
 #: the rounds on a whole row tile (both forms' on-chip kernels) and on tau's group maxima: secant probes before they
