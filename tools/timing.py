@@ -8,7 +8,7 @@ queued_time_us  the device time of one such call: eager calls queued behind a GP
                 launch time is not timed (what a model sees when its host runs ahead of the GPU), and the host's
                 time a call.
 
-Both run on the current CUDA device and synchronize it; torch is imported when a timer is called, so that importing
+All three run on the current CUDA device and synchronize it; torch is imported when a timer is called, so that importing
 this module needs no GPU stack.
 """
 from __future__ import annotations
