@@ -101,9 +101,16 @@ def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS:
     ranks = _exclusive_prefix((is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32), THREADS, VEC)
     inside_rank = (ranks & _RANK_MASK) + n_inside
     take = is_above | (inside & (inside_rank < need))
-    place = out_row + n_above + (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need)
-    tl.store(_scatter_view(place, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
-             mask=_scatter_view(take, THREADS, VEC))
+    if THREADS > 0:
+        # the places summed in int32, added to the row pointer once: fewer registers and spills on the row tiles
+        # (docs/perf/h200-topk.md, "The store's places summed in int32")
+        place = n_above + (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need)
+        ptr = out_row + _scatter_view(place, THREADS, VEC)
+    else:
+        # each term added to the pointer: the int32 sum lets ptxas (triton 3.6, 3.7) squeeze the long path's finish
+        # into 64 registers with words on the stack
+        ptr = out_row + n_above + (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need)
+    tl.store(ptr, _scatter_view(cols, THREADS, VEC), mask=_scatter_view(take, THREADS, VEC))
     return n_above + tl.sum(is_above.to(tl.int32), 0), n_inside + tl.sum(inside.to(tl.int32), 0)
 
 
