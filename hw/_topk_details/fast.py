@@ -21,6 +21,12 @@ COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 #: (docs/perf/h200-topk.md, "Adjacent columns per thread")
 COLUMNS_MAXNREG = {2: 128, 3: 80, 4: 64}
 COLUMNS_SHARED_TIERS = 2
+#: NVIDIA, the on-chip column-order kernel with at most one row per SM: warps of a program on row tiles of this many
+#: columns ...
+COLUMNS_WIDE_TILE = 8192
+COLUMNS_WIDE_TILE_WARPS = 16
+#: ... faster than 8 at k = 2048 on the H200, slower on 4096-column tiles, at k = 64 and on ReLU-degenerate rows
+#: (docs/perf/h200-topk.md, "Sixteen warps for one program a row")
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -32,7 +38,8 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 
 def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTiling:
     """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
-    GPU's SMs are known (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG."""
+    GPU's SMs are known (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG, or COLUMNS_WIDE_TILE_WARPS for
+    one program a row on wide tiles."""
     if width > tiling.tile_w:
         return tiling
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
@@ -40,7 +47,8 @@ def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTili
         return tiling
     per_sm = min(-(-rows // sms), 3 if radix_fast.row_tile(width) > 4096 else 4)
     if per_sm <= 1:
-        return dataclasses.replace(tiling, maxnreg=None, tiers=1)
+        warps = COLUMNS_WIDE_TILE_WARPS if radix_fast.row_tile(width) >= COLUMNS_WIDE_TILE else tiling.num_warps
+        return dataclasses.replace(tiling, maxnreg=None, tiers=1, num_warps=warps)
     return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm], tiers=COLUMNS_SHARED_TIERS)
 
 
@@ -65,8 +73,9 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False)
     for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
         rows = MANY_ROWS_PER_SM if many_rows else 0   # many rows: COLUMNS_MAXNREG's most programs per SM
         tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
-        if target != "sm90":   # register caps are NVIDIA's
-            tiling = dataclasses.replace(tiling, maxnreg=None, lanes=Target.AMD.lanes)
+        if target != "sm90":   # register caps and COLUMNS_WIDE_TILE_WARPS are NVIDIA's
+            warps = radix_fast.ON_CHIP_WARPS if width <= tiling.tile_w else tiling.num_warps
+            tiling = dataclasses.replace(tiling, maxnreg=None, num_warps=warps, lanes=Target.AMD.lanes)
         specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
     return specs
 

@@ -282,15 +282,20 @@ def test_register_cap_from_rows_per_sm():
 
 
 def test_column_order_programs_per_sm():
-    """sorted=False on NVIDIA: one uncapped program per SM and one tile up to one row per SM; above, as many programs
-    per SM as rows per SM under COLUMNS_MAXNREG's cap (at most 3 with tiles of 8192 columns, 4 with narrower ones),
-    two tiles; no cap without the SM count (AMD) or on the long path; the sorted form keeps radix_fast's."""
+    """sorted=False on NVIDIA: one uncapped program per SM and one tile up to one row per SM (16 warps on the widest
+    tiles); above, as many programs per SM as rows per SM under COLUMNS_MAXNREG's cap (at most 3 with tiles of 8192
+    columns, 4 with narrower ones), two tiles; no cap without the SM count (AMD) or on the long path; the sorted form
+    keeps radix_fast's."""
     sms = 132
 
     def tiling(rows, width=8192, sms=sms, by_value=False):
         return topk_fast._tiling(width, 2048, sms > 0, rows, sms, by_value, 32 if sms else 64)
 
     assert (tiling(64).maxnreg, tiling(64).tiers) == (tiling(sms).maxnreg, tiling(sms).tiers) == (None, 1)
+    # one program a row: COLUMNS_WIDE_TILE_WARPS on the widest tiles, radix_fast's warps on narrower ones and AMD
+    assert tiling(64).num_warps == tiling(64, width=5000).num_warps == topk_fast.COLUMNS_WIDE_TILE_WARPS == 16
+    assert tiling(64, width=4096).num_warps == tiling(64, sms=0).num_warps == radix_fast.ON_CHIP_WARPS == 8
+    assert tiling(sms + 1).num_warps == radix_fast.ON_CHIP_WARPS
     assert (tiling(sms + 1).maxnreg, tiling(sms + 1).tiers) == (128, topk_fast.COLUMNS_SHARED_TIERS) == (128, 2)
     assert tiling(2 * sms + 1).maxnreg == tiling(8192).maxnreg == 80
     assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
