@@ -21,12 +21,12 @@ COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 #: (docs/perf/h200-topk.md, "Adjacent columns per thread")
 COLUMNS_MAXNREG = {2: 128, 3: 80, 4: 64}
 COLUMNS_SHARED_TIERS = 2
-#: NVIDIA, the on-chip column-order kernel with at most one row per SM: warps of a program on row tiles of this many
-#: columns ...
+#: NVIDIA, the on-chip column-order kernel with at most one row per SM: COLUMNS_WIDE_TILE_WARPS warps a program on
+#: row tiles of COLUMNS_WIDE_TILE columns, faster than 8 at k = 2048 on the H200; slower on 4096-column tiles (which
+#: keep radix_fast's), at k = 64 and on ReLU-degenerate rows (docs/perf/h200-topk.md, "Sixteen warps for one program
+#: a row")
 COLUMNS_WIDE_TILE = 8192
 COLUMNS_WIDE_TILE_WARPS = 16
-#: ... faster than 8 at k = 2048 on the H200, slower on 4096-column tiles, at k = 64 and on ReLU-degenerate rows
-#: (docs/perf/h200-topk.md, "Sixteen warps for one program a row")
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
