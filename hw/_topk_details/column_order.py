@@ -78,6 +78,8 @@ from .tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_v
 #: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
 #: faster there on the H200, level or slower on tiles of 8192 (docs/perf/h200-topk.md, "Contiguous writes")
 _GATHERED_STORE_MAX_TILE = Constant(4096)
+#: row_layout: the narrowest row tile whose many-rows launches spread each thread's columns over the tile
+_SPREAD_MIN_TILE = 8192
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -390,10 +392,16 @@ def vectors(logits: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def row_layout(tiling: FastTiling, tile: int, tiers: int, vec: bool) -> dict:
-    """_columns_row_kernel's THREADS and VEC: the program's threads (tiling.lanes x num_warps), at most the
-    narrowest tile (tile / 2^(tiers - 1)) / VEC; VEC = 4 with `vec` (vectors()), else 1."""
+    """_columns_row_kernel's THREADS and VEC: VEC = 4 with `vec` (vectors()), else 1; THREADS the program's threads
+    (tiling.lanes x num_warps), at most the narrowest tile (tile / 2^(tiers - 1)) / VEC. For many rows (several
+    tiers) on tiles of at least _SPREAD_MIN_TILE columns with VEC 4, THREADS is the narrowest tile / 4 instead:
+    each thread then holds groups of 4 adjacent columns spread over the tile, so that the lanes of a scattered store
+    write nearby places (faster there on the H200; slower for one program a row and on tiles of 4096 columns:
+    docs/perf/h200-topk.md, "Columns spread over the threads for many rows")."""
     per_thread = 4 if vec else 1
-    return {"THREADS": min(tiling.lanes * tiling.num_warps, (tile >> (tiers - 1)) // per_thread), "VEC": per_thread}
+    narrowest = (tile >> (tiers - 1)) // per_thread
+    spread = tiers > 1 and vec and tile >= _SPREAD_MIN_TILE
+    return {"THREADS": narrowest if spread else min(tiling.lanes * tiling.num_warps, narrowest), "VEC": per_thread}
 
 
 # the constexprs of a launch, asked on every launch: cached (host time; the dict returned is only unpacked)

@@ -1,7 +1,7 @@
 """hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, _row_entries inverts it,
 and _exclusive_prefix gives each column the number of flagged columns before it in column order, whatever THREADS
-and VEC say (both layouts the kernels use, and the plain tile order of THREADS = 0), stored through _scatter_view's
-order."""
+and VEC say (the layouts the kernels use, THREADS beyond the program's threads among them, and the plain tile order
+of THREADS = 0), stored through _scatter_view's order."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +33,8 @@ def _entries_kernel(cols_ptr, entries_ptr, TILE: tl.constexpr, THREADS: tl.const
     tl.store(entries_ptr + tl.arange(0, TILE), _row_entries(TILE, THREADS, VEC))
 
 
-@pytest.mark.parametrize("tile,threads,vec", [(64, 4, 4), (64, 16, 1), (256, 16, 4), (512, 128, 1), (4096, 256, 4)])
+@pytest.mark.parametrize("tile,threads,vec", [(64, 4, 4), (64, 16, 1), (256, 16, 4), (512, 128, 1), (4096, 256, 4),
+                                              (8192, 1024, 4)])
 def test_row_entries_invert_row_columns(tile, threads, vec, device):
     cols = torch.empty(tile, dtype=torch.int32, device=device)
     entries = torch.empty(tile, dtype=torch.int32, device=device)
@@ -42,7 +43,7 @@ def test_row_entries_invert_row_columns(tile, threads, vec, device):
 
 
 @pytest.mark.parametrize("tile,threads,vec", [(64, 0, 1), (64, 16, 1), (64, 4, 4), (256, 16, 4), (256, 64, 4),
-                                              (512, 128, 1)])
+                                              (512, 128, 1), (8192, 1024, 4)])
 def test_prefix_in_column_order(tile, threads, vec, device):
     rng = np.random.default_rng(tile + threads + vec)
     for density in (0.05, 0.5, 1.0):

@@ -568,6 +568,12 @@ def test_column_order_row_tile_layouts(lanes: int, device):
             assert_exact(out.cpu().numpy(), want, f"column order, vectors {vec}, {lanes} lanes, {tiers} tiers")
     assert column_order.row_layout(tiling, 1024, 2, True) == {"THREADS": min(lanes * 8, 128), "VEC": 4}
     assert column_order.row_layout(tiling, 1024, 1, False) == {"THREADS": lanes * 8, "VEC": 1}
+    # several tiers on 8192-column tiles with vectors: groups of 4 columns spread over the tile, more of them than
+    # the program's threads; one tier, narrower tiles or no vectors: the program's threads
+    assert column_order.row_layout(tiling, 8192, 2, True) == {"THREADS": 1024, "VEC": 4}
+    assert column_order.row_layout(tiling, 8192, 1, True) == {"THREADS": lanes * 8, "VEC": 4}
+    assert column_order.row_layout(tiling, 8192, 2, False) == {"THREADS": lanes * 8, "VEC": 1}
+    assert column_order.row_layout(tiling, 4096, 2, True) == {"THREADS": lanes * 8, "VEC": 4}
 
 
 @pytest.mark.parametrize("width", [8192, 4096])

@@ -1,24 +1,28 @@
 """A CPU model (NumPy) of the rounds on a whole row (radix_fast._narrow_on_row): how many rounds it takes until at
 most CAP keys are inside the interval (or, for tau, at most k + SLACK group maxima reach lo), with the first probe
 from the row's least and largest keys by a secant step, from a normal fit of the row's values (the kernels' form:
-the quantile by Abramowitz and Stegun 26.2.23), or a first round of two probes 3/8 CAP keys of that fit below and
-above the quantile (_bracket_round: the column-order kernel with one program a row).
+the quantile by Abramowitz and Stegun 26.2.23), or a first round of several probes a number of keys of that fit
+from the quantile: two at -3/8 and 3/8 CAP (_bracket_round, the column-order kernel with one program a row), or
+four at -5/4, -7/16, 5/16 and 17/16 CAP (fewer rounds on the decode step's logits, but slower on the H200: each
+probe is counted over the whole row, docs/perf/h200-topk.md, "Four probes about the fit's quantile: lost").
 
-Rows (k = 2048, 24 of each): N(0, 1) x 8192, ReLU-degenerate ((x - 0.5).clamp_min(0)), logits like the decode
-step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k, signed weights), causal rows of 2049-8192 columns of
-N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8 rows; no bracket there). Prints the mean and the
-largest count of rounds per kind and first round.
+Rows (k = 2048, ROWS of each, 24 unless given): N(0, 1) x 8192, ReLU-degenerate ((x - 0.5).clamp_min(0)), logits
+like the decode step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k, signed weights; and with weights in
+[0, 1)), causal rows of 2049-8192 columns of N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8
+rows; no bracket there). Prints, per kind and first round, the mean and the largest count of rounds and the share
+of rows taking more than one: with one program a row the launch lasts as long as its slowest row.
 
-    python3 -m tools.probes.topk_rounds_model
+    python3 -m tools.probes.topk_rounds_model [ROWS]
 """
 import math
+import sys
 
 import numpy as np
 import torch
 
 from tools.probes.topk_buckets_model import keys, val
 
-K, CAP, SLACK, SECANT_ROUNDS, ROWS = 2048, 128, 256, 8, 24
+K, CAP, SLACK, SECANT_ROUNDS = 2048, 128, 256, 8
 SIGN_BIT = 2 ** 31
 
 
@@ -33,9 +37,9 @@ def normal_quantile(tail: float) -> float:
     return z if tail < 0.5 else -z
 
 
-def rounds(x: np.ndarray, guess: bool, slack: int = 0, spread: int = 0) -> int:
-    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible); with `guess` and spread > 0 the
-    first round probes spread keys of the fit below and above the quantile."""
+def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = ()) -> int:
+    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible); with `guess` and `offsets` the first
+    round probes those numbers of keys of the fit from the quantile (ascending)."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
@@ -50,12 +54,18 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, spread: int = 0) -> int:
         z = normal_quantile(target / n)
         value = mean + z * std
         first = min(max(key_of(value), lo + 1), hi) if math.isfinite(value) else 0
-        if first and spread and narrowing():   # the bracket: SPREAD keys of the fit's density on either side
-            half = spread * math.sqrt(2 * math.pi) * std * math.exp(0.5 * z * z) / n
-            a, b = (min(max(key_of(value + d), lo + 1), hi) for d in (-half, half))
-            c_a, c_b = count(a), count(b)
-            lo, ge_lo, hi, above = ((b, c_b, hi, above) if c_b >= K else (a, c_a, b - 1, c_b) if c_a >= K
-                                    else (lo, ge_lo, a - 1, c_a))
+        if first and offsets and narrowing():   # the bracket: keys of the fit's density from the quantile
+            step = math.sqrt(2 * math.pi) * std * math.exp(0.5 * z * z) / n
+            probes = [min(max(key_of(value + o * step), lo + 1), hi) for o in offsets]
+            counts = [count(p) for p in probes]
+            reached = [i for i, c in enumerate(counts) if c >= K]   # counts fall as the probes rise
+            if reached:
+                i = reached[-1]
+                lo, ge_lo = probes[i], counts[i]
+                if i + 1 < len(probes):
+                    hi, above = probes[i + 1] - 1, counts[i + 1]
+            else:
+                hi, above = probes[0] - 1, counts[0]
             done, first = 1, 0
     while narrowing():
         secant = done < SECANT_ROUNDS and not check
@@ -85,29 +95,32 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, spread: int = 0) -> int:
     return done
 
 
-def main() -> None:
+def main(rows: int = 24) -> None:
     g = torch.Generator().manual_seed(0)
-    k = torch.randn(ROWS, 8192, 128, generator=g).to(torch.bfloat16).float()
-    q = torch.randn(ROWS, 32, 128, generator=g).to(torch.bfloat16).float()
-    w = torch.randn(ROWS, 32, generator=g)
-    normal = torch.randn(ROWS, 8192, generator=g).numpy()
+    k = torch.randn(rows, 8192, 128, generator=g).to(torch.bfloat16).float()
+    q = torch.randn(rows, 32, 128, generator=g).to(torch.bfloat16).float()
+    w = torch.randn(rows, 32, generator=g)
+    normal = torch.randn(rows, 8192, generator=g).numpy()
+    decode = lambda weights: [(r, 0) for r in torch.einsum(  # noqa: E731
+        "bh,bhw->bw", weights, torch.relu(torch.einsum("bhd,bwd->bhw", q, k))).numpy()]
     kinds = {
         "N(0,1) x 8192": [(r, 0) for r in normal],
-        "ReLU x 8192": [(r, 0) for r in (torch.randn(ROWS, 8192, generator=g) - 0.5).clamp_min(0.0).numpy()],
-        "decode-like x 8192": [(r, 0) for r in torch.einsum("bh,bhw->bw", w, torch.relu(
-            torch.einsum("bhd,bwd->bhw", q, k))).numpy()],
-        "causal N(0,1), 2049-8192": [(normal[i, :2049 + (8192 - 2049) * i // (ROWS - 1)], 0) for i in range(ROWS)],
+        "ReLU x 8192": [(r, 0) for r in (torch.randn(rows, 8192, generator=g) - 0.5).clamp_min(0.0).numpy()],
+        "decode-like x 8192": decode(w),
+        "causal N(0,1), 2049-8192": [(normal[i, :2049 + (8192 - 2049) * i // (rows - 1)], 0) for i in range(rows)],
         "tau, maxima of 16 of 131072": [(torch.randn(131072, generator=g).numpy().reshape(-1, 16).max(1), SLACK)
                                         for _ in range(8)],
     }
-    firsts = {"secant": (False, 0), "normal fit": (True, 0), "bracket": (True, 3 * CAP // 8)}
-    for name, rows in kinds.items():
+    kinds["decode-like, weights >= 0"] = decode(torch.rand(rows, 32, generator=g))
+    firsts = {"secant": (False, ()), "normal fit": (True, ()), "two probes": (True, (-3 * CAP / 8, 3 * CAP / 8)),
+              "four probes": (True, (-5 * CAP / 4, -7 * CAP / 16, 5 * CAP / 16, 17 * CAP / 16))}
+    for name, kind in kinds.items():
         line = []
-        for label, (guess, spread) in firsts.items():
-            counts = [rounds(x, guess, slack, 0 if slack else spread) for x, slack in rows]
-            line.append(f"{label}: mean {np.mean(counts):.2f}, largest {max(counts)}")
-        print(f"{name:30s}", " | ".join(line))
+        for label, (guess, offsets) in firsts.items():
+            counts = np.array([rounds(x, guess, slack, () if slack else offsets) for x, slack in kind])
+            line.append(f"{label}: {counts.mean():.2f}, {counts.max()}, {(counts > 1).mean():.0%}")
+        print(f"{name:28s}", " | ".join(line))
 
 
 if __name__ == "__main__":
-    main()
+    main(*(int(a) for a in sys.argv[1:2]))
