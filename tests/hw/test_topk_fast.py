@@ -651,6 +651,22 @@ def test_column_order_wide_rows_gpu(width: int):
 
 
 @pytest.mark.gpu
+def test_column_order_many_wide_rows_gpu():
+    """More rows of 8192 columns than SMs (two or three programs an SM, each row tile spread over the threads in
+    groups of 4: column_order.row_layout), full, shortened and ragged: sim's selection in column order."""
+    width, k = 8192, 2048
+    rows = 3 * torch.cuda.get_device_properties(0).multi_processor_count
+    x = _gpu_rows(width, rows, 11)
+    rng = np.random.default_rng(11)
+    ends = rng.choice(np.array([width, width - 5, 5000, k + 1, k, 17, 0]), rows)
+    starts = np.minimum(rng.choice(np.array([0, 0, 4, 100, 3001]), rows), ends)
+    want = in_column_order(sim_top_k(x, k, starts=starts, ends=ends))
+    got = hw.top_k_per_row(torch.from_numpy(x).cuda(), torch.from_numpy(ends.astype(np.int32)).cuda(), k,
+                           starts=torch.from_numpy(starts.astype(np.int32)).cuda(), sorted=False)
+    assert_exact(got.cpu().numpy(), want, "column-order top-k, many rows of 8192")
+
+
+@pytest.mark.gpu
 def test_column_order_causal_rows_gpu():
     """The rows of a prompt's prefill (row i sees i + 1 keys), many rows per SM (the tiered, capped kernel):
     sim's selection in column order."""
