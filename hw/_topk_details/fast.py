@@ -70,8 +70,10 @@ def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: boo
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     specs = ()
-    for target in COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
-        rows = MANY_ROWS_PER_SM if many_rows else 0   # many rows: COLUMNS_MAXNREG's most programs per SM
+    # many rows: COLUMNS_MAXNREG's most programs per SM, on NVIDIA only (AMD launches know no SM count: one tile
+    # and the program's threads for every row)
+    for target in ("sm90",) if many_rows else COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
+        rows = MANY_ROWS_PER_SM if many_rows else 0
         tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
         if target != "sm90":   # register caps and COLUMNS_WIDE_TILE_WARPS are NVIDIA's
             warps = radix_fast.ON_CHIP_WARPS if width <= tiling.tile_w else tiling.num_warps
