@@ -22,8 +22,9 @@ Per row:
                  secant probes first), narrows those to a terminal state on a CAP tile (compacted through scratch), then
                  stores the selection from the register tile (tiles of up to 4096 columns gather the places into column
                  order first, so that the writes are contiguous). One read of the row; each thread holds adjacent
-                 columns of it (_row_columns), so both prefixes in column order are one scan of the threads' counts;
-                 with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 columns of it (_row_columns; for many rows on 8192-column tiles, groups of 4 spread over the tile:
+                 row_layout), so both prefixes in column order are one scan of the threads' counts; with more rows
+                 than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
                  A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
                  upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
                  every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate

@@ -6,8 +6,9 @@ generic tl.cumsum of such a tile in its own index order scans across the interle
 scattered store of its result moves the scan to a layout of one entry a thread. Indexing the columns as
 _row_columns says instead gives each thread VEC x REP adjacent columns, so a prefix in column order is one scan of
 the per-thread totals plus sums inside each thread (_exclusive_prefix), and a scattered store of the tile's view
-in _scatter_view's order moves no data between threads. Correctness never depends on the layout the compiler
-picks: another one only moves data.
+in _scatter_view's order moves no data between threads. THREADS may exceed the program's threads: each thread
+then holds the runs of several, spread over the tile (column_order.row_layout for many rows). Correctness never
+depends on the layout the compiler picks: another one only moves data.
 """
 import triton
 import triton.language as tl
