@@ -48,8 +48,6 @@ _DIGIT_MASK = Constant(RADIX - 1)
 _KEY_NONE = Constant(0)                  # invisible column or empty slot
 _KEY_NAN = Constant(1)                   # NaN ranks below -inf
 _SIGN = Constant(0x80000000)             # fp32 sign bit; also the key of +-0.0
-_ABS_MASK = Constant(0x7FFFFFFF)
-_INF_BITS = Constant(0x7F800000)         # |x| bits above this are NaN
 _NO_KEY = Constant(0xFFFFFFFF)           # threshold that selects nothing (no key reaches it)
 _INT32_MAX = Constant(0x7FFFFFFF)
 _EMPTY_SLOT = Constant(-(2 ** 63))       # composite of an empty slot: below every real composite
@@ -60,9 +58,9 @@ def _order_key(x, visible):
     """uint32 key of fp32 `x` (see the module docstring); 0 where `visible` is False."""
     bits = x.to(tl.uint32, bitcast=True)
     bits = tl.where(bits == _SIGN, 0, bits)                       # -0.0 == +0.0
-    # flip all bits with ^ rather than ~: the 3.6/3.7 interpreters' ~ overflows on uint32
-    key = tl.where(bits >= _SIGN, bits ^ _NO_KEY, bits | _SIGN)
-    key = tl.where((bits & _ABS_MASK) > _INF_BITS, _KEY_NAN, key)
+    # negative values: every bit flipped; the others: the sign bit set (the sign spread by an arithmetic shift)
+    flip = (bits.to(tl.int32, bitcast=True) >> 31).to(tl.uint32, bitcast=True) | _SIGN
+    key = tl.where(x != x, _KEY_NAN, bits ^ flip)                 # NaN ranks below -inf
     return tl.where(visible, key, _KEY_NONE).to(tl.uint32)
 
 
