@@ -19,12 +19,13 @@ Per row:
   on chip        W <= tile_w: one program per row holds its columns in a register tile (for many rows, the narrowest of
                  radix_fast's tiers, the longest rows first), narrows on the whole tile until at most CAP keys are
                  inside (radix_fast._narrow_on_row: from the row's least and largest keys, a normal fit's guess and
-                 secant probes first), narrows those to a terminal state on a CAP tile (compacted through scratch), then
-                 stores the selection from the register tile (tiles of up to 4096 columns gather the places into column
-                 order first, so that the writes are contiguous). One read of the row; each thread holds adjacent
-                 columns of it (_row_columns; for many rows on 8192-column tiles, groups of 4 spread over the tile:
-                 row_layout), so both prefixes in column order are one scan of the threads' counts; with more rows
-                 than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
+                 secant probes first), narrows those to a terminal state on a CAP tile (compacted through scratch by
+                 one atomic add a thread: the tile's order may change between launches, its rounds only count), then
+                 stores the selection from the register tile (tiles of up to 4096 columns with several groups of 4 a
+                 thread gather the places into column order first, so that the writes are contiguous). One read of
+                 the row; each thread holds adjacent columns of it (_row_columns; for many rows on 8192-column tiles,
+                 groups of 4 spread over the tile: row_layout), so the store's prefix in column order is one scan of
+                 the threads' counts; with more rows than SMs, programs share an SM (fast.COLUMNS_MAXNREG).
                  A round on the whole tile that goes down from lo = the key of 0.0 without finding a key in the
                  upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
                  every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
@@ -74,11 +75,15 @@ from .radix_fast import (
     row_tiers,
     row_tile,
 )
-from .tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_view
+from .tile_scan import _atomic_slots, _exclusive_prefix, _row_columns, _row_entries, _scatter_view
 
 #: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
-#: faster there on the H200, level or slower on tiles of 8192 (docs/perf/h200-topk.md, "Contiguous writes")
+#: faster there on the H200 where a thread holds several groups of VEC columns; level or slower on tiles of 8192 and
+#: where a thread holds one group (docs/perf/h200-topk.md, "Contiguous writes", "Candidates compacted by one atomic add
+#: a thread")
 _GATHERED_STORE_MAX_TILE = Constant(4096)
+#: int32 words of scratch a row past the candidate tile: the compaction's counter at the first (rows 128-byte aligned)
+_COUNTER_WORDS = Constant(32)
 #: row_layout: the narrowest row tile whose many-rows launches spread each thread's columns over the tile
 _SPREAD_MIN_TILE = 8192
 
@@ -157,7 +162,8 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
                      SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
-    SPREAD: _narrow_on_row's."""
+    SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter."""
+    tl.store(cand_row + CAP, 0)   # the narrowing's reductions pass barriers before the compaction adds to it
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
@@ -167,14 +173,15 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
                                           SPREAD)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-        slot = cand_row + _exclusive_prefix(inside.to(tl.int32), THREADS, VEC)
+        # the tile rounds only count: slots in any order, no scan across the threads
+        slot = cand_row + _atomic_slots(inside.to(tl.int32), cand_row + CAP, THREADS, VEC)
         tl.store(_scatter_view(slot, THREADS, VEC), _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC),
                  mask=_scatter_view(inside, THREADS, VEC))
         tl.debug_barrier()   # the candidates were stored by other threads
         slots = tl.arange(0, CAP)
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
         lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-    if (TILE <= _GATHERED_STORE_MAX_TILE) and (VEC == 4):
+    if (TILE <= _GATHERED_STORE_MAX_TILE) and (VEC == 4) and (TILE // (VEC * THREADS) > 1):
         _store_gathered(key, base, lo, hi, k_eff - above, out_row, TILE, THREADS, VEC)
     else:
         _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
@@ -213,7 +220,7 @@ def _columns_row_kernel(
     starts_ptr,           # *i32 [rows] first visible column (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows] one past the last visible column (clamped to width)
     out_ptr,              # *i32 [rows, k] contiguous: the selected columns ascending, then -1
-    cand_ptr,             # *i32 [rows, CAP] scratch: the keys of the final narrowing
+    cand_ptr,             # *i32 [rows, CAP + COUNTER_WORDS] scratch: the keys of the final narrowing, a counter
     width,                # i32 W <= TILE_W
     stride_row,           # elements between rows of logits
     k,                    # i32, 1 <= k <= K_PAD
@@ -238,7 +245,7 @@ def _columns_row_kernel(
         row = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
-    cand_row = cand_ptr + row * CAP
+    cand_row = cand_ptr + row * (CAP + _COUNTER_WORDS)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
@@ -349,7 +356,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     pdl = pdl_launch(tiling.pdl, device)
     common = _common_constexprs(tiling, k, starts is not None)
     if width <= tiling.tile_w:
-        cand = torch.empty((rows, tiling.cap), dtype=torch.int32, device=device)
+        cand = torch.empty((rows, tiling.cap + _COUNTER_WORDS.value), dtype=torch.int32, device=device)
         tile = row_tile(width)
         tiers = row_tiers(tile, tiling.tiers)
         _columns_row_kernel[(rows,)](

@@ -1,5 +1,5 @@
 """Prefix sums in column order over a row held as a 1-D register tile, with each thread holding adjacent columns
-(the column-order kernels' row tiles, _tau_kernel's group maxima).
+(the column-order kernels' row tiles, _tau_kernel's group maxima), and order-free slots by one atomic add a thread.
 
 Loaded, a 1-D tile has Triton's coalesced layout: VEC entries a thread, THREADS threads, repeated REP times. A
 generic tl.cumsum of such a tile in its own index order scans across the interleaved threads, REP times, and a
@@ -52,6 +52,23 @@ def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
             return tl.reshape(before, [TILE])
         else:
             return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+
+
+@triton.jit
+def _atomic_slots(flags, counter, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """Distinct slots 0 .. sum(flags) - 1 for the 1-D int32 0/1 tile `flags` of _row_columns (THREADS > 0): each
+    thread's entries take consecutive slots in column order from one atomic add of the thread's count to the int32
+    at `counter` (0 before the call, seen by every thread of the program; program-local: CTA scope), so the threads'
+    runs come in the order of their adds, which may change from launch to launch. For tiles whose consumer only
+    counts (no scan across the threads: docs/perf/h200-topk.md, "Candidates compacted by one atomic add a thread")."""
+    TILE: tl.constexpr = flags.shape[0]
+    REP: tl.constexpr = TILE // (VEC * THREADS)
+    f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
+    per_rep = tl.sum(f, 2)
+    per_thread = tl.sum(per_rep, 0)
+    first = tl.atomic_add(counter + per_thread * 0, per_thread, mask=per_thread > 0, sem="relaxed", scope="cta")
+    before = tl.reshape(first, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+    return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
 
 
 @triton.jit

@@ -1,7 +1,8 @@
 """hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, _row_entries inverts it,
 and _exclusive_prefix gives each column the number of flagged columns before it in column order, whatever THREADS
 and VEC say (the layouts the kernels use, THREADS beyond the program's threads among them, and the plain tile order
-of THREADS = 0), stored through _scatter_view's order."""
+of THREADS = 0), stored through _scatter_view's order; _atomic_slots gives the flagged columns distinct slots, each
+thread's run in column order."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hw._topk_details.tile_scan import _exclusive_prefix, _row_columns, _row_entries, _scatter_view
+from hw._topk_details.tile_scan import _atomic_slots, _exclusive_prefix, _row_columns, _row_entries, _scatter_view
 
 pytestmark = pytest.mark.interp
 
@@ -25,6 +26,16 @@ def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl
     before = _exclusive_prefix(flags, THREADS, VEC)
     tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(before, THREADS, VEC))
     tl.store(cols_ptr + tl.arange(0, TILE), cols)
+
+
+@triton.jit
+def _slots_kernel(flags_ptr, out_ptr, counter_ptr, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    tl.store(counter_ptr, 0)
+    tl.debug_barrier()
+    cols = _row_columns(0, TILE, THREADS, VEC)
+    flags = tl.load(flags_ptr + cols)
+    slot = tl.where(flags != 0, _atomic_slots(flags, counter_ptr, THREADS, VEC), -1)
+    tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(slot, THREADS, VEC))
 
 
 @triton.jit
@@ -53,6 +64,26 @@ def test_prefix_in_column_order(tile, threads, vec, device):
         _prefix_kernel[(1,)](torch.from_numpy(flags).to(device), out, cols, TILE=tile, THREADS=threads, VEC=vec)
         assert sorted(cols.tolist()) == list(range(tile))   # every column once
         np.testing.assert_array_equal(out.cpu().numpy(), np.cumsum(flags) - flags)
+
+
+@pytest.mark.parametrize("tile,threads,vec", [(64, 16, 1), (64, 4, 4), (256, 64, 4), (4096, 256, 4), (8192, 1024, 4)])
+def test_atomic_slots(tile, threads, vec, device):
+    """The flagged columns take the slots 0 .. n - 1 once each, the counter ends at n, and the columns of one thread
+    (VEC x REP adjacent ones) take consecutive slots in column order."""
+    rng = np.random.default_rng(tile + threads + vec)
+    run = tile // threads
+    for density in (0.0, 0.02, 0.5, 1.0):
+        flags = (rng.random(tile) < density).astype(np.int32)
+        out = torch.full((tile,), -2, dtype=torch.int32, device=device)
+        counter = torch.full((1,), -7, dtype=torch.int32, device=device)   # the kernel zeroes it
+        _slots_kernel[(1,)](torch.from_numpy(flags).to(device), out, counter, TILE=tile, THREADS=threads, VEC=vec)
+        slots, n = out.cpu().numpy(), int(flags.sum())
+        np.testing.assert_array_equal(slots[flags == 0], -1)
+        np.testing.assert_array_equal(np.sort(slots[flags == 1]), np.arange(n))
+        assert counter.item() == n
+        for t in range(threads):
+            mine = slots[t * run:(t + 1) * run][flags[t * run:(t + 1) * run] == 1]
+            np.testing.assert_array_equal(mine, mine[0] + np.arange(mine.size) if mine.size else mine)
 
 
 def test_row_columns_gives_threads_adjacent_columns(device):
