@@ -1,16 +1,18 @@
 """Exact encoders on fp32 bit patterns (DESIGN §1), shared by every quantizing kernel.
 
-Everything here is integer arithmetic on the int32 bit pattern of an fp32 value: no log2, no division and no
-floating-point multiply, so the result is the same on every backend whatever its denormal mode (AMD kernels may
-flush fp32 subnormals, libdevice calls on NVIDIA do) and at every scale exponent, including the extremes where a
-power of two 2^-s would leave the fp32 range. The one exception is e4m3_byte_hw, the hardware E4M3 conversion the
-FP8 quantizers take on NVIDIA GPUs that have one (measured: docs/perf/h200-prefill-ablation.md); its docstring
-says why the bytes are the same, and the GPU tests compare them with sim/.
+Everything here is integer arithmetic on the int32 bit pattern of an fp32 value (and exact conversions of integers
+below 2^24 to fp32): no log2, no division and no floating-point multiply, so the result is the same on every
+backend whatever its denormal mode (AMD kernels may flush fp32 subnormals, libdevice calls on NVIDIA do) and at
+every scale exponent, including the extremes where a power of two 2^-s would leave the fp32 range. The one
+exception is e4m3_byte_hw, the hardware E4M3 conversion the FP8 quantizers take on NVIDIA GPUs that have one
+(measured: docs/perf/h200-prefill-ablation.md); its docstring says why the bytes are the same, and the GPU tests
+compare them with sim/.
 
 An fp32 magnitude with bits `a` (sign cleared) is written as M * 2^(be - 150), where be = max(a >> 23, 1) is the
 biased exponent (subnormals use 1) and M = mantissa field | implicit bit (2^23, normals only) < 2^24.
 A value v = |x| * 2^-s then has v = M * 2^(ev - 23) with ev = be - 127 - s (for a normal x, ev = floor(log2 v)).
-Rounding v to a grid of step 2^k is a right shift of M by n = k - ev + 23 with round-to-nearest-even.
+Rounding v to a grid of step 2^k is a right shift of M by n = k - ev + 23 with round-to-nearest-even (E4M3);
+E2M1's eight values are found by comparing v's bits with its rounding boundaries instead.
 """
 import triton
 import triton.language as tl
@@ -36,7 +38,14 @@ RCEIL_F = Constant(0x400000)  # f of m = 1.5
 EVEN_F = Constant(0x600000)   # f of m = 1.75
 
 E2M1_EMAX = Constant(2)       # 6 = 1.5 * 2^2
-E2M1_MAX_CODE = Constant(7)
+# fp32 bits of E2M1's rounding boundaries (e2m1_code)
+E2M1_B025 = Constant(0x3E800000)   # 0.25
+E2M1_B075 = Constant(0x3F400000)   # 0.75
+E2M1_B125 = Constant(0x3FA00000)   # 1.25
+E2M1_B175 = Constant(0x3FE00000)   # 1.75
+E2M1_B250 = Constant(0x40200000)   # 2.5
+E2M1_B350 = Constant(0x40600000)   # 3.5
+E2M1_B500 = Constant(0x40A00000)   # 5
 E2M1_SIGN = Constant(8)
 E8M0_BIAS = Constant(127)
 E8M0_MIN_BYTE = Constant(1)   # canonical writer: byte 0 is never written
@@ -104,18 +113,32 @@ def e8m0_scale_byte(amax_bits, RULE: tl.constexpr):
 
 
 @triton.jit
-def e2m1_code(a, negative, s):
-    """Code 0..15 (int32) of x * 2^-s rounded to E2M1 (RNE, saturating at 6, sign kept on zero).
+def _scaled_bits(a, s):
+    """int32 bits of v = |x| * 2^-s, for abs bits `a` of a finite x with v < 8: exact where v is a normal fp32, else
+    a value below the bits of 2^-126 (possibly negative: compare as signed ints). For a normal x that is a subtraction
+    from the exponent field; a subnormal x is first written as the integer a (an exact fp32) times 2^-149."""
+    sub = a < F32_IMPLICIT_BIT
+    # the subnormal path's shift capped at 255 binades: beyond it v is far below 2^-126 either way, and no int32 wraps
+    return tl.where(sub, a.to(tl.float32).to(tl.int32, bitcast=True) - (tl.minimum(s + 149, 255) << F32_MANT_BITS),
+                    a - (s << F32_MANT_BITS))
 
-    a: abs bits of a finite x; s: the block's scale exponent (int32, broadcastable). The grid step is 2^k with
-    k = max(ev, 0) - 1 (0.5 below 2, 1 in [2, 4), 2 from 4); q steps of it give code q + 2 * max(ev, 0).
+
+@triton.jit
+def e2m1_code(a, negative, s):
+    """Code 0..15 (int32) of x * 2^-s rounded to E2M1 (RNE, sign kept on zero).
+
+    a: abs bits of a finite x; s: the scale exponent of x's block (e8m0_scale_byte - 127, broadcastable), so that
+    v = |x| * 2^-s < 8. The magnitude code is the number of E2M1's rounding boundaries (the midpoints 0.25, 0.75,
+    1.25, 1.75, 2.5, 3.5, 5 of the values 0, 0.5, 1, 1.5, 2, 3, 4, 6) that v passes: v > t, or v >= t where a tie
+    rounds to the even code above; v in (5, 8) saturates to 7 (6). Found by a search of three compares on v's bits
+    (_scaled_bits: integer arithmetic, so subnormal x and any s give the same codes on every backend), which order
+    non-negative fp32 values as their magnitudes.
     """
-    m, be = _mantissa_and_exponent(a)
-    ev = be - F32_BIAS - s
-    ev_pos = tl.minimum(tl.maximum(ev, 0), E2M1_EMAX)
-    q = _round_shift_rne(m, ev_pos - 1 - ev + F32_MANT_BITS)
-    code = tl.minimum(q + 2 * ev_pos, E2M1_MAX_CODE)
-    code = tl.where(ev > E2M1_EMAX, E2M1_MAX_CODE, code)  # |v| >= 8: saturate (and keep the shift in range)
+    v = _scaled_bits(a, s)
+    c2 = v >= E2M1_B175                                       # code >= 4 (1.75 | 2: a tie rounds up)
+    c1 = v >= tl.where(c2, E2M1_B350, E2M1_B075)              # 3.5 | 4 or 0.75 | 1: ties up
+    t0 = tl.where(c2, tl.where(c1, E2M1_B500, E2M1_B250), tl.where(c1, E2M1_B125, E2M1_B025))   # ties stay down
+    code = c2.to(tl.int32) * 4 + c1.to(tl.int32) * 2 + (v > t0).to(tl.int32)
     return code | tl.where(negative, E2M1_SIGN, 0)
 
 

@@ -143,6 +143,38 @@ def test_quantizers_on_random_fp32_bit_patterns(device):
     assert_exact(folded.cpu().numpy(), want_scales, "fp8 scales")
 
 
+def _boundary_blocks(rule: str) -> np.ndarray:
+    """fp32 [blocks, 32]: for every scale exponent s a block can get under `rule`, a block whose maximum sets s and
+    whose other values sit on E2M1's rounding boundaries t * 2^s (t = 0.25, 0.75, ..., 5) and one ulp either side,
+    signs alternating; plus blocks of fp32 subnormals (s clamped to -126), where those values are subnormal too."""
+    top = 1.5 if rule == "rceil" else 1.9921875     # the largest block maximum 2^(s + 2) * top that keeps s
+    rows = []
+    for s in range(-126, 126):
+        row = [np.float32(np.ldexp(top, s + 2))]
+        for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0):
+            v = np.float32(np.ldexp(t, s))
+            if v < row[0]:
+                row += [np.nextafter(v, np.float32(0)), v, np.nextafter(v, np.float32(np.inf))]
+        row = [min(r, row[0]) * (-1) ** i for i, r in enumerate(row)]
+        rows.append((row + [np.float32(0)] * 32)[:32])
+    for amax in (0.875, 0.5, 0.1):   # fp32 subnormal block maxima
+        v = np.float32(np.ldexp(amax, -126))
+        row = [v] + [np.float32(np.ldexp(t, -126)) * (-1) ** i for i, t in enumerate((0.25, 0.75, 0.125)) if t < amax]
+        rows.append((row + [np.float32(np.ldexp(1, -149))] * 32)[:32])
+    return np.array(rows, dtype=np.float32)
+
+
+@pytest.mark.parametrize("rule", ["rceil", "floor"])
+def test_quantize_q_mxfp4_on_e2m1_boundaries(rule, device):
+    """Every scale exponent, values on E2M1's rounding boundaries and one ulp from them (ties to even, the
+    saturation past 5, subnormal values and blocks), byte for byte against sim."""
+    x = _boundary_blocks(rule)
+    codes, scales = hw.quantize_q_mxfp4(torch.from_numpy(x).to(device), scale_rule=rule)
+    want_codes, want_scales = sim.mxfp4.quantize(x, scale_rule=rule)
+    assert_exact(scales.cpu().numpy(), want_scales, f"scales ({rule})")
+    assert_exact(codes.cpu().numpy(), want_codes, f"codes ({rule})", context=lambda i: f"block {x[i[0]]!r}")
+
+
 def test_quantize_q_mxfp4_strided_rows(device):
     """A [T, H, D] slice of a wider buffer (row stride > D) whose rows still merge into one stride."""
     rng = np.random.default_rng(3)
