@@ -192,13 +192,13 @@ def mxfp4_quantize_tile(x, BLOCKS: tl.constexpr, RULE: tl.constexpr):
     """x: fp32 [R, 32 * BLOCKS] -> (packed codes int32 [R, 16 * BLOCKS], E8M0 bytes int32 [R, BLOCKS]).
 
     Byte j of a row holds element 2j in its low nibble and 2j + 1 in its high nibble. A block with any NaN/Inf
-    gets byte 255 and codes 0 (detected from the bits: tl.max skips NaN).
+    gets byte 255 and codes 0 (detected from the bits: their abs bits are the largest).
     """
     R: tl.constexpr = x.shape[0]
     a, negative = abs_bits(x)
     a3 = tl.reshape(a, (R, BLOCKS, 32))
-    nonfinite = tl.max((a3 >= F32_INF_BITS).to(tl.int32), axis=2) > 0
-    amax = tl.max(a3, axis=2)  # integer max of finite magnitudes = bits of the fp32 max
+    amax = tl.max(a3, axis=2)  # the integer max of the abs bits: the fp32 max of a finite block
+    nonfinite = amax >= F32_INF_BITS
     scale = e8m0_scale_byte(amax, RULE)
     codes = e2m1_code(a3, tl.reshape(negative, (R, BLOCKS, 32)), (scale - E8M0_BIAS)[:, :, None])
     codes = tl.where(nonfinite[:, :, None], 0, codes)
@@ -213,8 +213,9 @@ def fp8_quantize_tile(x, HW_E4M3: tl.constexpr):
     HW_E4M3: encode with the hardware conversion (e4m3_byte_hw; NVIDIA compute capability >= 8.9), else with the
     integer encoder e4m3_byte. Same bytes."""
     a, negative = abs_bits(x)
-    nonfinite = tl.max((a >= F32_INF_BITS).to(tl.int32), axis=1) > 0
-    k = fp8_scale_exponent(tl.max(a, axis=1))
+    amax = tl.max(a, axis=1)   # the integer max of the abs bits: the fp32 max of a finite row
+    nonfinite = amax >= F32_INF_BITS
+    k = fp8_scale_exponent(amax)   # in -22 .. 120 for every row (a non-finite one's is not used)
     if HW_E4M3:
         values = e4m3_byte_hw(x, k[:, None])
     else:
