@@ -84,12 +84,8 @@ DEFAULTS: tuple[Default, ...] = (
     Default(Op.TOPK, _N, None, "per_row", **_WIDE_ROWS),
     Default(Op.TOPK, _N, None, "radix_fast", _NVIDIA_FASTEST),
     Default(Op.TOPK, _A, None, "per_row", **_WIDE_ROWS),
-    Default(Op.TOPK, _A, None, "per_row",
-            "radix_fast's sorted form is not cross-checked for gfx950; per_row's is (docs/perf/isa-gfx950.md)",
-            condition="sorted=True", applies=lambda call: call.sorted),
     Default(Op.TOPK, _A, None, "radix_fast",
-            "the NVIDIA default's column-order kernels: no scratch on gfx950 (docs/perf/isa-gfx950.md); the hook's "
-            "form"),
+            "the NVIDIA default's kernels, both forms: no scratch on gfx950 (docs/perf/isa-gfx950.md)"),
     Default(Op.TOPK, _I, None, "rows_tile", "tiles sized for NumPy: the CPU tests' time"),
 )
 

@@ -53,7 +53,6 @@ from . import radix_fast
 from .kernel import _order_key
 from .radix_fast import (
     _CAND_TYPES,
-    _GMAX_TYPES,
     _KEY_MAX,
     _META,
     _META_COUNT,
@@ -428,7 +427,8 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
-    """The column-order kernels of one launch (the long path's first three are radix_fast's, listed there)."""
+    """The column-order kernels of one launch (the long path's first three are the sorted form's, listed by
+    radix_fast.isa_specs)."""
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
@@ -447,14 +447,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
-    shared = (   # the sorted form lists these for sm90 (radix_fast.isa_specs)
-        CompileSpec(label=label + "/group_max", fn=_group_max_kernel, types=_GMAX_TYPES,
-                    num_warps=tiling.num_warps, targets=tuple(t for t in targets if t != "sm90"),
-                    constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
-                                "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)}),
-        radix_fast.tau_spec(tiling, has_starts, label, tuple(t for t in targets if t != "sm90")),
-    ) if set(targets) - {"sm90"} else ()
-    return shared + (
+    return (
         CompileSpec(label=label + "/columns/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,

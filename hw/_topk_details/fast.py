@@ -7,14 +7,12 @@ import functools
 
 from ..targets import Op, Target, Variant, sm_count
 from . import column_order, radix_fast
-from .radix_fast import ISA_SHAPES, MANY_ROWS_PER_SM, FastTiling, fast_tiling
+from .radix_fast import ISA_SHAPES, ISA_TARGETS, MANY_ROWS_PER_SM, FastTiling, fast_tiling
 from .variants import TopKCall
 
 #: the on-chip column-order kernel's candidate tile: since the secant rounds on the row, 128 is faster than 512 and
 #: 256 at every shape measured on the H200, 64 level (docs/perf/h200-topk.md, "Smaller candidate tiles")
 COLUMNS_ROW_CAP = 128
-#: column-order kernels: cross-compiled for both targets (no tl.sort, so none of the sort's SGPR spills on gfx950)
-COLUMN_ISA_TARGETS = ("sm90", "gfx950")
 #: NVIDIA, the on-chip column-order kernel with more rows than SMs: as many programs of 8 warps per SM as there are
 #: rows per SM, up to 3 for row tiles of 8192 columns and 4 for narrower ones, under the register cap that fits them,
 #: each row in the narrower of 2 tiles; at most one row per SM, one uncapped program per SM and one tile
@@ -67,28 +65,30 @@ def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: boo
     return tiling if by_value else _in_columns(tiling, width, rows, sms)
 
 
-def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple:
+def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-    specs = ()
-    # many rows: COLUMNS_MAXNREG's most programs per SM, on NVIDIA only (AMD launches know no SM count: one tile
-    # and the program's threads for every row)
-    for target in ("sm90",) if many_rows else COLUMN_ISA_TARGETS:   # programmatic dependent launch on NVIDIA only
-        rows = MANY_ROWS_PER_SM if many_rows else 0
-        tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
-        if target != "sm90":   # register caps and COLUMNS_WIDE_TILE_WARPS are NVIDIA's
-            warps = radix_fast.ON_CHIP_WARPS if width <= tiling.tile_w else tiling.num_warps
-            tiling = dataclasses.replace(tiling, maxnreg=None, num_warps=warps, lanes=Target.AMD.lanes)
-        specs += column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
-    return specs
+    rows = MANY_ROWS_PER_SM if many_rows else 0
+    tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
+    if target != "sm90":   # register caps and COLUMNS_WIDE_TILE_WARPS are NVIDIA's
+        warps = radix_fast.ON_CHIP_WARPS if width <= tiling.tile_w else tiling.num_warps
+        tiling = dataclasses.replace(tiling, maxnreg=None, num_warps=warps, lanes=Target.AMD.lanes)
+    return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
 
 def _isa_specs() -> tuple:
-    return tuple(spec for shape in ISA_SHAPES for spec in radix_fast.isa_specs(*shape) + _column_specs(*shape))
+    specs = ()
+    for width, k, has_starts, *many in ISA_SHAPES:
+        many_rows = bool(many and many[0])
+        # many rows: the most programs per SM, NVIDIA only (AMD launches know no SM count: one tile and the
+        # program's threads for every row)
+        for target in ("sm90",) if many_rows else ISA_TARGETS:
+            specs += (radix_fast.isa_specs(width, k, has_starts, many_rows, target)
+                      + _column_specs(width, k, has_starts, many_rows, target))
+    return specs
 
 
-#: every target; on AMD the default of sorted=False only (hw.variants.DEFAULTS): its column-order kernels compile
-#: for gfx950 without scratch (docs/perf/isa-gfx950.md); the sorted form's are cross-compiled for sm_90 only. Rows of
-#: at most FAST_MAX_WIDTH columns (wider ones: NotCovered; hw.variants.DEFAULTS gives them to per_row)
+#: every target, both forms (the kernels compile for gfx950 without scratch: docs/perf/isa-gfx950.md); rows of at
+#: most FAST_MAX_WIDTH columns (wider ones: NotCovered; hw.variants.DEFAULTS gives them to per_row)
 VARIANT = Variant(
     name="radix_fast", op=Op.TOPK, kv_dtype=None, targets=frozenset(Target),
     settings=_settings, launch=_launch, precision=None, isa_specs=_isa_specs,

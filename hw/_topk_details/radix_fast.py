@@ -63,6 +63,7 @@ Two paths, picked from the width alone (the grid depends only on shapes):
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -72,7 +73,7 @@ import triton.language as tl
 from .._constant import Constant
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import LaunchSettings, NotCovered
+from ..targets import LaunchSettings, NotCovered, Target
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 from .tile_scan import _exclusive_prefix, _row_columns, _scatter_view
 
@@ -1094,7 +1095,8 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
-ISA_TARGETS = ("sm90",)
+#: the sorted form's kernels: no scratch on either target (docs/perf/isa-gfx950.md), so AMD launches them too
+ISA_TARGETS = ("sm90", "gfx950")
 # each kernel's pointer types (hw.isa_spec.kernel_signature)
 _PARTS = {"bucket_ptr": "*i64", "count_ptr": "*i32", "lower_ptr": "*i64"}
 _TOPK_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "sel_ptr": "*i64",
@@ -1107,10 +1109,15 @@ _CAND_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", 
                "meta_ptr": "*i32", "cand_ptr": "*i32", "chunk_ptr": "*i32"}
 
 
-def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> tuple[CompileSpec, ...]:
-    """The kernels the variant launches on NVIDIA for rows of `width` columns at k, as CompileSpecs (hw.isa_spec);
-    many_rows: at MANY_ROWS_PER_SM rows per SM or more."""
-    tiling = fast_tiling(width, k, pdl=True, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
+              target: str = "sm90") -> tuple[CompileSpec, ...]:
+    """The kernels the sorted form launches on `target` (one of ISA_TARGETS) for rows of `width` columns at k, as
+    CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more, NVIDIA only (AMD launches know
+    no SM count, so they never cap registers; programmatic dependent launch is NVIDIA's too)."""
+    assert target in ISA_TARGETS and not (many_rows and target != "sm90"), (target, many_rows)
+    nvidia = target == "sm90"
+    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1),
+                                 lanes=(Target.NVIDIA if nvidia else Target.AMD).lanes)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
@@ -1122,13 +1129,13 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "SEGMENTS": order.segments,
                     "SEG_CAP": order.seg_cap, "COUNT_GROUP": group, "COUNT_W": common["COUNT_W"],
                     "RANK_ROWS": RANK_ROWS, "RANK_CHUNK": RANK_CHUNK, "PDL": tiling.pdl},
-        targets=ISA_TARGETS)
+        targets=(target,))
     if width <= tiling.tile_w:
         tile = row_tile(width)
         return (CompileSpec(label=label, fn=_topk_row_kernel, types=_TOPK_ROW_TYPES, num_warps=tiling.num_warps,
                             constexprs=common | {"TILE_W": tile, "TIERS": row_tiers(tile, tiling.tiers),
                                                  "SECANT_ROUNDS": SECANT_ROUNDS},
-                            maxnreg=tiling.maxnreg, targets=ISA_TARGETS,
+                            maxnreg=tiling.maxnreg, targets=(target,),
                             scratch_ok="" if tiling.maxnreg is None else
                             "two programs per SM, three row tiles in 128 registers, some words spilled: faster "
                             "from 1056 rows on the H200 (docs/perf/h200-topk-rows.json, h200-topk-tiers.json)"),
@@ -1138,15 +1145,15 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False) -> 
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, types=_GMAX_TYPES,
                     num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)},
-                    targets=ISA_TARGETS),
-        tau_spec(tiling, has_starts, label, ISA_TARGETS),
+                    targets=(target,)),
+        tau_spec(tiling, has_starts, label, (target,)),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
-                    num_warps=tiling.cand_warps, targets=ISA_TARGETS,
+                    num_warps=tiling.cand_warps, targets=(target,),
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "CHUNK_IDS": False, "PDL": tiling.pdl}),
         CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
                     types=_TOPK_LONG_TYPES, constexprs=common | {"BLOCK": tiling.block},
-                    targets=ISA_TARGETS),
+                    targets=(target,)),
         order_spec,
     )
 

@@ -23,6 +23,7 @@ import triton
 
 import hw
 from hw._topk_details import BLOCK, MAX_K, RANK_ELEMS, TILE_ELEMS, RowsTiling, k_pad, rows_tiling
+from hw._topk_details.radix_fast import FAST_MAX_WIDTH
 from hw.targets import Op, Target
 from hw.variants import select, variants
 from sim.topk import top_k as sim_top_k
@@ -148,13 +149,15 @@ def test_matches_sim(case: Case, path: str, device):
 
 
 def test_default_variant_per_target():
-    """Interpreter: rows_tile, with rows_tiling (hundreds of rows per program for short rows); NVIDIA: radix_fast;
-    AMD: radix_fast in column order, per_row sorted."""
+    """Interpreter: rows_tile, with rows_tiling (hundreds of rows per program for short rows); NVIDIA and AMD:
+    radix_fast in both orders, per_row for rows wider than FAST_MAX_WIDTH."""
     assert select(Op.TOPK, Target.INTERPRETER).name == "rows_tile"
-    assert select(Op.TOPK, Target.NVIDIA).name == "radix_fast" and select(Op.TOPK, Target.AMD).name == "radix_fast"
-    for sorted_, name in ((True, "per_row"), (False, "radix_fast")):
-        amd_call = SimpleNamespace(logits=SimpleNamespace(shape=(4, 8192)), sorted=sorted_)
-        assert select(Op.TOPK, Target.AMD, call=amd_call).name == name
+    for target in (Target.NVIDIA, Target.AMD):
+        assert select(Op.TOPK, target).name == "radix_fast"
+        for sorted_, width, name in ((True, 8192, "radix_fast"), (False, 8192, "radix_fast"),
+                                     (True, FAST_MAX_WIDTH + 1, "per_row"), (False, FAST_MAX_WIDTH + 1, "per_row")):
+            call = SimpleNamespace(logits=SimpleNamespace(shape=(4, width)), sorted=sorted_)
+            assert select(Op.TOPK, target, call=call).name == name, (target, sorted_, width)
     call = SimpleNamespace(logits=torch.zeros((300, 256)), k=20)
     # rows min(512, 2^17 / 256, 2^20 / 32^2); rank chunk min(32, 2^20 / (512 * 32))
     assert select(Op.TOPK, Target.INTERPRETER).settings(Target.INTERPRETER, call) == \

@@ -22,6 +22,7 @@ import hw
 from hw._topk_details import column_order, radix_fast
 from hw._topk_details import fast as topk_fast
 from hw._topk_details.radix_fast import FastTiling
+from hw._topk_details.variants import TopKCall
 from hw.targets import NotCovered, Target
 from sim.topk import top_k as sim_top_k
 from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
@@ -182,16 +183,24 @@ def test_row_tiers(case: Case, cap: int, device, monkeypatch):
                  f"top-k indices ({case.name}, tiers, cap {cap})", context=context)
 
 
-def test_long_path_with_the_launcher_tiling(device):
-    """Just past the on-chip width: the launcher's own long-path constants (two columns per group)."""
+@pytest.mark.parametrize("target", [Target.NVIDIA, Target.AMD], ids=["nvidia", "amd"])
+def test_long_path_with_the_launcher_tiling(device, target):
+    """Just past the on-chip width: the launcher's own long-path constants (two columns per group), both forms,
+    with each target's (AMD: 64-lane wavefronts, so tau's program has twice the threads; no PDL)."""
     width, k = radix_fast.TILE_W + 9, 16
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, width)).astype(np.float32)
+    logits = torch.from_numpy(x).to(device)
     lengths = torch.tensor([width, 5000], dtype=torch.int32, device=device)
-    out = torch.empty((2, k), dtype=torch.int32, device=device)
-    radix_fast.top_k_radix_fast(torch.from_numpy(x).to(device), lengths, None, k, out)
     want = sim_top_k(x, k, ends=np.array([width, 5000]))
-    assert_exact(out.cpu().numpy(), want, "top-k indices (long path, launcher tiling)")
+    for sorted_ in (True, False):
+        call = TopKCall(logits, lengths, None, torch.empty((2, k), dtype=torch.int32, device=device), sorted_)
+        tiling = topk_fast._tiling(width, k, False, 2, 0, sorted_, target.lanes)
+        assert tiling.lanes == target.lanes and width > tiling.tile_w
+        topk_fast._launch(call, tiling)
+        # both rows see more than k keys: the column order is the selection sorted by column
+        assert_exact(call.out.cpu().numpy(), want if sorted_ else np.sort(want, axis=1),
+                     f"top-k indices (long path, {target.value} tiling, {'sorted' if sorted_ else 'column order'})")
 
 
 def test_long_path_tie_spread_over_candidate_programs(device):
