@@ -122,7 +122,7 @@ def _launch(path: str, case: Case, logits, lengths, starts) -> torch.Tensor:
     return hw.top_k_per_row(logits, lengths, case.k, starts=starts, variant=path)
 
 
-# None: the target's default (rows_tile with its tiling under the interpreter, per_row on GPUs); every variant
+# None: the target's default (rows_tile with its tiling under the interpreter, radix_fast on GPUs); every variant
 # by name (each runs on every target); rows_tile_small: rows_tile with several rank chunks per row
 PATHS = (None, *(v.name for v in variants(Op.TOPK)), "rows_tile_small")
 
