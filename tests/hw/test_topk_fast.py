@@ -501,6 +501,36 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
                  f"column-order top-k ({case.name}, tiers)")
 
 
+#: cases with launch constants drawn from fixed seeds: combinations of tiles, candidate tiles, streaming blocks,
+#: ordering segments and samples, tiers and 32 / 64 lanes that the named tilings above do not list
+RANDOM_LAUNCHES = 8
+
+
+@pytest.mark.parametrize("seed", range(RANDOM_LAUNCHES))
+def test_random_launch_constants(seed: int, device, monkeypatch):
+    """Both forms under random launch constants on random rows (hostile values, ragged ranges, rows of every
+    length): the oracle's selection, bit for bit."""
+    monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)   # narrow tiers on small rows
+    rng = np.random.default_rng(seed)
+    width, k = int(rng.choice([17, 100, 700, 1500, 3000])), int(rng.choice([1, 7, 33, 100, 300]))
+    lengths = rng.integers(-3, width + 5, 5)
+    lengths[0] = width
+    starts = tuple(rng.integers(-3, width, 5).tolist()) if seed % 3 == 0 else None
+    case = Case(f"random{seed}", width, k, tuple(lengths.tolist()),
+                values=str(rng.choice(["normal", "ties", "special", "relu", "spread"])), starts=starts)
+    segment = int(rng.choice([8, 16, radix_fast.SEGMENT]))
+    tiling = FastTiling(tile_w=int(rng.choice([64, 256, 1024, radix_fast.TILE_W])), cap=int(rng.choice([16, 64, 128])),
+                        block=int(rng.choice([128, 256, 512])), segment=segment,
+                        samples=int(rng.choice([2, segment])), tiers=int(rng.choice([1, 2, 3])),
+                        lanes=int(rng.choice([32, 64])))
+    x = _logits(case, rng)
+    clamped_starts, ends = _clamped_ranges(case)
+    want = sim_top_k(x[:, :width], k, starts=clamped_starts, ends=ends)
+    what = f"{case}, {tiling}"
+    assert_exact(_run(radix_fast._launch, x, case, tiling, device), want, f"sorted top-k ({what})")
+    assert_exact(_columns(x, case, tiling, device), in_column_order(want), f"column-order top-k ({what})")
+
+
 @pytest.mark.parametrize("secant_rounds", [0, 1, 3])
 def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
     """The rounds on the row tile and on the group maxima (tau) with fewer secant probes than the launcher's (0:
