@@ -1,5 +1,5 @@
-"""The `radix_fast` top-k variant (NVIDIA's default): radix_fast's kernels for the sorted top-k, column_order's for
-`sorted=False`, one record for both (hw.variants' registry)."""
+"""The `radix_fast` top-k variant (NVIDIA's and AMD's default): radix_fast's kernels for the sorted top-k,
+column_order's for `sorted=False`, one record for both (hw.variants' registry)."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,6 +66,8 @@ def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: boo
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:
+    """The column-order kernels a launch on `target` ("sm90" or "gfx950") takes for rows of `width` columns at k,
+    with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, NVIDIA only)."""
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     rows = MANY_ROWS_PER_SM if many_rows else 0
     tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
@@ -76,6 +78,7 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target:
 
 
 def _isa_specs() -> tuple:
+    """Both forms' kernels for each of ISA_SHAPES on each of ISA_TARGETS (the many-rows shape on NVIDIA only)."""
     specs = ()
     for width, k, has_starts, *many in ISA_SHAPES:
         many_rows = bool(many and many[0])

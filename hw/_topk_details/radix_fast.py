@@ -1037,12 +1037,6 @@ def _tau_constexprs(tiling: FastTiling, has_starts: bool) -> dict:
             "THREADS": min(tiling.lanes * tiling.num_warps, tiling.tile_w // 4)}
 
 
-def tau_spec(tiling: FastTiling, has_starts: bool, label: str, targets: tuple[str, ...]) -> CompileSpec:
-    """_tau_kernel's cross-compile spec for a launch under `tiling`."""
-    return CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
-                       targets=targets, constexprs=_tau_constexprs(tiling, has_starts) | {"PDL": tiling.pdl})
-
-
 def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
             tiling: FastTiling) -> None:
     """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply), on rows
@@ -1095,7 +1089,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
 
 
 # ------------------------------------------------------------------------------------------- cross-compile specs
-#: the sorted form's kernels: no scratch on either target (docs/perf/isa-gfx950.md), so AMD launches them too
+#: both forms' kernels are cross-compiled for both targets (gfx950: no scratch, docs/perf/isa-gfx950.md)
 ISA_TARGETS = ("sm90", "gfx950")
 # each kernel's pointer types (hw.isa_spec.kernel_signature)
 _PARTS = {"bucket_ptr": "*i64", "count_ptr": "*i32", "lower_ptr": "*i64"}
@@ -1146,7 +1140,8 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
                     num_warps=tiling.num_warps, constexprs={"HAS_STARTS": has_starts, "GROUP": gsize, "PDL": tiling.pdl,
                                                      "GROUPS_PER_PROGRAM": max(1, tiling.tile_w // gsize)},
                     targets=(target,)),
-        tau_spec(tiling, has_starts, label, (target,)),
+        CompileSpec(label=label + "/tau", fn=_tau_kernel, types=_TAU_TYPES, num_warps=tiling.num_warps,
+                    targets=(target,), constexprs=_tau_constexprs(tiling, has_starts) | {"PDL": tiling.pdl}),
         CompileSpec(label=label + "/candidates", fn=_candidates_kernel, types=_CAND_TYPES,
                     num_warps=tiling.cand_warps, targets=(target,),
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,

@@ -185,8 +185,8 @@ def test_row_tiers(case: Case, cap: int, device, monkeypatch):
 
 @pytest.mark.parametrize("target", [Target.NVIDIA, Target.AMD], ids=["nvidia", "amd"])
 def test_long_path_with_the_launcher_tiling(device, target):
-    """Just past the on-chip width: the launcher's own long-path constants (two columns per group), both forms,
-    with each target's (AMD: 64-lane wavefronts, so tau's program has twice the threads; no PDL)."""
+    """Just past the on-chip width: the launch constants the variant takes on each target (two columns per group;
+    AMD's 64-lane wavefronts give tau's program twice the threads), both forms."""
     width, k = radix_fast.TILE_W + 9, 16
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, width)).astype(np.float32)
@@ -195,8 +195,9 @@ def test_long_path_with_the_launcher_tiling(device, target):
     want = sim_top_k(x, k, ends=np.array([width, 5000]))
     for sorted_ in (True, False):
         call = TopKCall(logits, lengths, None, torch.empty((2, k), dtype=torch.int32, device=device), sorted_)
-        tiling = topk_fast._tiling(width, k, False, 2, 0, sorted_, target.lanes)
-        assert tiling.lanes == target.lanes and width > tiling.tile_w
+        tiling = topk_fast.VARIANT.settings(target, call)
+        assert width > tiling.tile_w
+        assert radix_fast._tau_constexprs(tiling, False)["THREADS"] == target.lanes * radix_fast.LONG_NUM_WARPS
         topk_fast._launch(call, tiling)
         # both rows see more than k keys: the column order is the selection sorted by column
         assert_exact(call.out.cpu().numpy(), want if sorted_ else np.sort(want, axis=1),
@@ -501,28 +502,36 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
                  f"column-order top-k ({case.name}, tiers)")
 
 
-#: cases with launch constants drawn from fixed seeds: combinations of tiles, candidate tiles, streaming blocks,
-#: ordering segments and samples, tiers and 32 / 64 lanes that the named tilings above do not list
+#: cases with launch constants drawn from fixed seeds, combinations the named tilings above do not list: seed % 4
+#: picks the path (one row tile with the counting-sorted ordering; tiers of narrower tiles; the long path; the long
+#: path with 64 lanes), the seed the rest (tiles, candidate tiles, streaming blocks, ordering segments and samples)
 RANDOM_LAUNCHES = 8
 
 
 @pytest.mark.parametrize("seed", range(RANDOM_LAUNCHES))
 def test_random_launch_constants(seed: int, device, monkeypatch):
-    """Both forms under random launch constants on random rows (hostile values, ragged ranges, rows of every
-    length): the oracle's selection, bit for bit."""
+    """Both forms under random launch constants on random rows (hostile values, ragged ranges, lengths from -3 to
+    past the width): the oracle's selection, bit for bit."""
     monkeypatch.setattr(radix_fast, "MIN_TIER_W", 16)   # narrow tiers on small rows
     rng = np.random.default_rng(seed)
-    width, k = int(rng.choice([17, 100, 700, 1500, 3000])), int(rng.choice([1, 7, 33, 100, 300]))
+    path = seed % 4
+    on_chip = path < 2
+    width = int(rng.choice([17, 100, 700, 1500, 3000] if on_chip else [700, 1500, 3000]))
+    k = int(rng.choice([33, 100, 300] if path == 0 else [1, 7, 33, 100, 300]))
     lengths = rng.integers(-3, width + 5, 5)
     lengths[0] = width
     starts = tuple(rng.integers(-3, width, 5).tolist()) if seed % 3 == 0 else None
     case = Case(f"random{seed}", width, k, tuple(lengths.tolist()),
                 values=str(rng.choice(["normal", "ties", "special", "relu", "spread"])), starts=starts)
-    segment = int(rng.choice([8, 16, radix_fast.SEGMENT]))
-    tiling = FastTiling(tile_w=int(rng.choice([64, 256, 1024, radix_fast.TILE_W])), cap=int(rng.choice([16, 64, 128])),
-                        block=int(rng.choice([128, 256, 512])), segment=segment,
-                        samples=int(rng.choice([2, segment])), tiers=int(rng.choice([1, 2, 3])),
-                        lanes=int(rng.choice([32, 64])))
+    segment = int(rng.choice([8, 16]))
+    tiling = FastTiling(tile_w=radix_fast.TILE_W if on_chip else int(rng.choice([64, 256])),
+                        cap=int(rng.choice([16, 64, 128])), block=int(rng.choice([128, 256, 512])), segment=segment,
+                        samples=int(rng.choice([2, segment])), tiers=1 if path == 0 else int(rng.choice([2, 3])),
+                        lanes=64 if path == 3 else int(rng.choice([32, 64])))
+    # the path the seed asked for is the one taken
+    assert (width <= tiling.tile_w) == on_chip
+    if path == 0:
+        assert radix_fast.count_group(radix_fast.ordering(k, tiling), True) > 0
     x = _logits(case, rng)
     clamped_starts, ends = _clamped_ranges(case)
     want = sim_top_k(x[:, :width], k, starts=clamped_starts, ends=ends)
