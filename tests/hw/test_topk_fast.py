@@ -770,3 +770,47 @@ def test_hostile_rows_gpu(width, lengths, starts, k, settings, values):
         got = hw.top_k_per_row(logits, lengths_t, k, starts=starts_t, sorted=by_value, launch_settings=settings)
         assert_exact(got.cpu().numpy(), expected, f"top-k ({'sorted' if by_value else 'columns'}, W {width}, "
                                                   f"{values}, {settings})")
+
+
+@pytest.mark.parametrize("target", [Target.NVIDIA, Target.AMD], ids=["nvidia", "amd"])
+def test_isa_specs_are_the_launched_kernels(target: Target, monkeypatch):
+    """Every kernel the variant launches on `target` for the cross-compiled shapes (radix_fast.ISA_SHAPES, both
+    forms; NVIDIA with an H200's 132 SMs) has a cross-compile spec for that target with its constexprs, warps and
+    register cap, and every spec is launched: `mxidx isa` reports what runs. The kernels are recorded, not run."""
+    specs = [s for s in topk_fast.VARIANT.isa_specs() if target.isa_target in s.targets]
+    launched = []
+
+    class Recorder:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.append((self.fn, kw))
+
+    for module in (radix_fast, column_order):
+        for name, fn in vars(module).copy().items():
+            if name.endswith("_kernel") and hasattr(fn, "__getitem__"):   # @triton.jit (or interpreted) kernels
+                monkeypatch.setattr(module, name, Recorder(fn))
+        # what a launch on that GPU gets (the CPU has no PDL)
+        monkeypatch.setattr(module, "pdl_launch", lambda wanted, device: {"PDL": wanted})
+    nvidia, sms = target is Target.NVIDIA, 132
+    for width, k, has_starts, *many in radix_fast.ISA_SHAPES:
+        if many and not nvidia:
+            continue            # AMD launches know no SM count: no many-rows constants
+        rows = radix_fast.MANY_ROWS_PER_SM * sms if many else 2
+        logits = torch.empty(16).as_strided((rows, width), (0, 0))   # never read: the shapes and strides matter
+        lengths = torch.full((rows,), width, dtype=torch.int32)
+        for sorted_ in (True, False):
+            call = TopKCall(logits, lengths, lengths if has_starts else None,
+                            torch.empty((rows, k), dtype=torch.int32), sorted_)
+            topk_fast._launch(call, topk_fast._tiling(width, k, nvidia, rows, sms if nvidia else 0, sorted_,
+                                                      target.lanes))
+
+    def matches(spec, fn, kw):
+        return (spec.fn is fn and spec.num_warps == kw["num_warps"] and spec.maxnreg == kw.get("maxnreg")
+                and all(kw.get(name) == value for name, value in spec.constexprs.items()))
+
+    unmatched = [(fn.__name__, kw) for fn, kw in launched if not any(matches(s, fn, kw) for s in specs)]
+    assert not unmatched, f"launches without a {target.isa_target} spec: {unmatched[:3]}"
+    unlaunched = [s.label for s in specs if not any(matches(s, fn, kw) for fn, kw in launched)]
+    assert not unlaunched, f"{target.isa_target} specs no launch takes: {unlaunched}"
