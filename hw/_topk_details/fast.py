@@ -13,10 +13,10 @@ from .variants import TopKCall
 #: the on-chip column-order kernel's candidate tile: since the secant rounds on the row, 128 is faster than 512 and
 #: 256 at every shape measured on the H200, 64 level (docs/perf/h200-topk.md, "Smaller candidate tiles")
 COLUMNS_ROW_CAP = 128
-#: NVIDIA, the on-chip column-order kernel with more rows than SMs: as many programs of 8 warps per SM as there are
-#: rows per SM, up to 3 for row tiles of 8192 columns and 4 for narrower ones, under the register cap that fits them,
-#: each row in the narrower of 2 tiles; at most one row per SM, one uncapped program per SM and one tile
-#: (docs/perf/h200-topk.md, "Adjacent columns per thread")
+#: the on-chip column-order kernel with more rows than SMs (CUs on AMD): each row in the narrower of 2 tiles and, on
+#: NVIDIA, as many programs of 8 warps per SM as there are rows per SM, up to 3 for row tiles of 8192 columns and 4
+#: for narrower ones, under the register cap that fits them; at most one row per SM, one uncapped program per SM and
+#: one tile (docs/perf/h200-topk.md, "Adjacent columns per thread")
 COLUMNS_MAXNREG = {2: 128, 3: 80, 4: 64}
 COLUMNS_SHARED_TIERS = 2
 #: NVIDIA, the on-chip column-order kernel with at most one row per SM: COLUMNS_WIDE_TILE_WARPS warps a program on
@@ -34,10 +34,10 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTiling:
+def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
     """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
-    GPU's SMs are known (sms > 0, NVIDIA), the programs per SM of COLUMNS_MAXNREG, or COLUMNS_WIDE_TILE_WARPS for
-    one program a row on wide tiles."""
+    GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the register cap of
+    COLUMNS_MAXNREG for its programs per SM), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     if width > tiling.tile_w:
         return tiling
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
@@ -45,49 +45,46 @@ def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int) -> FastTili
         return tiling
     per_sm = min(-(-rows // sms), 3 if radix_fast.row_tile(width) > 4096 else 4)
     if per_sm <= 1:
-        warps = COLUMNS_WIDE_TILE_WARPS if radix_fast.row_tile(width) >= COLUMNS_WIDE_TILE else tiling.num_warps
-        return dataclasses.replace(tiling, maxnreg=None, tiers=1, num_warps=warps)
-    return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm], tiers=COLUMNS_SHARED_TIERS)
+        wide = nvidia and radix_fast.row_tile(width) >= COLUMNS_WIDE_TILE
+        return dataclasses.replace(tiling, maxnreg=None, tiers=1,
+                                   num_warps=COLUMNS_WIDE_TILE_WARPS if wide else tiling.num_warps)
+    return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm] if nvidia else None,
+                               tiers=COLUMNS_SHARED_TIERS)
 
 
 def _settings(target: Target, call) -> FastTiling:
     """The launch constants of `call`; NotCovered for rows wider than FAST_MAX_WIDTH (radix_fast.check_width)."""
     rows, width = call.logits.shape
     radix_fast.check_width(width)
-    nvidia = target is Target.NVIDIA
-    return _tiling(width, call.k, nvidia, rows, sm_count(call.logits.device) if nvidia and call.logits.is_cuda else 0,
-                   call.sorted, target.lanes)
+    # the GPU's SMs (CUs on AMD); none on the CPU (the interpreter)
+    return _tiling(width, call.k, target is Target.NVIDIA, rows, sm_count(call.logits.device) if call.logits.is_cuda
+                   else 0, call.sorted, target.lanes)
 
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
 def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool, lanes: int) -> FastTiling:
-    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms), lanes=lanes)
-    return tiling if by_value else _in_columns(tiling, width, rows, sms)
+    """The launch constants on NVIDIA (`nvidia`: PDL, register caps) or AMD, for `rows` rows on `sms` SMs (0: not
+    known), sorted (`by_value`) or in column order, warps of `lanes` threads."""
+    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms, register_cap=nvidia),
+                                 lanes=lanes)
+    return tiling if by_value else _in_columns(tiling, width, rows, sms, nvidia)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:
     """The column-order kernels a launch on `target` ("sm90" or "gfx950") takes for rows of `width` columns at k,
-    with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, NVIDIA only)."""
+    with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, else one)."""
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-    rows = MANY_ROWS_PER_SM if many_rows else 0
-    tiling = _in_columns(fast_tiling(width, k, pdl=target == "sm90", rows=rows, sms=1), width, rows, 1)
-    if target != "sm90":   # register caps and COLUMNS_WIDE_TILE_WARPS are NVIDIA's
-        warps = radix_fast.ON_CHIP_WARPS if width <= tiling.tile_w else tiling.num_warps
-        tiling = dataclasses.replace(tiling, maxnreg=None, num_warps=warps, lanes=Target.AMD.lanes)
+    nvidia = target == "sm90"
+    tiling = _tiling(width, k, nvidia, MANY_ROWS_PER_SM if many_rows else 1, 1, False,
+                     (Target.NVIDIA if nvidia else Target.AMD).lanes)
     return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
 
 def _isa_specs() -> tuple:
-    """Both forms' kernels for each of ISA_SHAPES on each of ISA_TARGETS (the many-rows shape on NVIDIA only)."""
-    specs = ()
-    for width, k, has_starts, *many in ISA_SHAPES:
-        many_rows = bool(many and many[0])
-        # many rows: the most programs per SM, NVIDIA only (AMD launches know no SM count: one tile and the
-        # program's threads for every row)
-        for target in ("sm90",) if many_rows else ISA_TARGETS:
-            specs += (radix_fast.isa_specs(width, k, has_starts, many_rows, target)
-                      + _column_specs(width, k, has_starts, many_rows, target))
-    return specs
+    """Both forms' kernels for each of ISA_SHAPES on each of ISA_TARGETS."""
+    return sum((radix_fast.isa_specs(width, k, has_starts, bool(many and many[0]), target)
+                + _column_specs(width, k, has_starts, bool(many and many[0]), target)
+                for width, k, has_starts, *many in ISA_SHAPES for target in ISA_TARGETS), ())
 
 
 #: every target, both forms (the kernels compile for gfx950 without scratch: docs/perf/isa-gfx950.md); rows of at

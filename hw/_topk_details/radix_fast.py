@@ -100,8 +100,8 @@ RANK_CHUNK = 16          # time against this many at a time
 PROBE_ELEMS = 8192       # candidate-tile rounds compare CAP keys with 2^PROBE_BITS - 1 probes: CAP * 2^PROBE_BITS
                          # compares in registers at once (32 per thread at 8 warps of 32), at most 3 probe bits
 MIN_K_PAD = 16
-MANY_ROWS_PER_SM = 8     # from this many rows per SM the on-chip selecting kernel ...
-SHARED_SM_MAXNREG = 128  # ... is capped at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
+MANY_ROWS_PER_SM = 8     # from this many rows per SM (CU) the on-chip selecting kernel ...
+SHARED_SM_MAXNREG = 128  # ... is capped (NVIDIA) at 128 registers: 8 warps x 32 x 128, two programs per SM, ...
 MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile widths that fits it
 COUNTER_STRIDE = 8           # int32 words between _count_sort's atomic counters: one per 32-byte sector
 MIN_TIER_W = 1024        # narrowest tile of a tier
@@ -147,15 +147,18 @@ class FastTiling(LaunchSettings):
     lanes: int = 32                  # threads of a warp on the target (Target.lanes): column_order's row tile
 
 
-def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0) -> FastTiling:
+def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
+                register_cap: bool = True) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
-    variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (0: not known). From
-    MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel runs under SHARED_SM_MAXNREG registers, two programs
-    per SM and each row in the narrowest of MANY_ROWS_TIERS tiles; below that, one per SM, in one tile, ordered
-    from the counting sort (count_group), is faster (docs/perf/h200-topk.md)."""
+    variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (CUs on AMD; 0: not known). From
+    MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel holds each row in the narrowest of MANY_ROWS_TIERS
+    tiles and, with `register_cap` (NVIDIA's maxnreg; AMD has none), runs under SHARED_SM_MAXNREG registers, two
+    programs per SM; below that, one per SM, in one tile, ordered from the counting sort (count_group), is faster
+    (docs/perf/h200-topk.md)."""
     if width <= TILE_W:
         shared = 0 < sms and MANY_ROWS_PER_SM * sms <= rows
-        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl, maxnreg=SHARED_SM_MAXNREG if shared else None,
+        return FastTiling(TILE_W, ROW_CAP, STREAM_BLOCK, pdl=pdl,
+                          maxnreg=SHARED_SM_MAXNREG if shared and register_cap else None,
                           tiers=MANY_ROWS_TIERS if shared else 1)
     return FastTiling(TILE_W, min(max(2 * k_pad(k), MIN_LONG_CAP), MAX_LONG_CAP),
                       min(max(STREAM_BLOCK, group_size(width, TILE_W)), MAX_BLOCK),
@@ -1108,11 +1111,12 @@ _CAND_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", 
 def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
               target: str = "sm90") -> tuple[CompileSpec, ...]:
     """The kernels the sorted form launches on `target` (one of ISA_TARGETS) for rows of `width` columns at k, as
-    CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more, NVIDIA only (AMD launches know
-    no SM count, so they never cap registers; programmatic dependent launch is NVIDIA's too)."""
-    assert target in ISA_TARGETS and not (many_rows and target != "sm90"), (target, many_rows)
+    CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more (the register cap and
+    programmatic dependent launch are NVIDIA's)."""
+    assert target in ISA_TARGETS, target
     nvidia = target == "sm90"
-    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1),
+    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1,
+                                             register_cap=nvidia),
                                  lanes=(Target.NVIDIA if nvidia else Target.AMD).lanes)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)

@@ -287,30 +287,40 @@ def test_register_cap_from_rows_per_sm():
     assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).tiers == 1
     assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
     assert 2 * radix_fast.ON_CHIP_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
+    # without a register cap (AMD): the same tiers, no cap
+    amd = radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms, register_cap=False)
+    assert (amd.tiers, amd.maxnreg) == (radix_fast.MANY_ROWS_TIERS, None)
     call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048, sorted=True)   # a CPU tensor: no SM count to ask for
-    assert topk_fast.VARIANT.settings(Target.NVIDIA, call).maxnreg is None
+    for target in (Target.NVIDIA, Target.AMD):
+        assert (topk_fast.VARIANT.settings(target, call).maxnreg, topk_fast.VARIANT.settings(target, call).tiers) == \
+            (None, 1)
+    assert topk_fast._tiling(8192, 2048, False, many, sms, True, 64).tiers == radix_fast.MANY_ROWS_TIERS
 
 
 def test_column_order_programs_per_sm():
-    """sorted=False on NVIDIA: one uncapped program per SM and one tile up to one row per SM (16 warps on the widest
-    tiles); above, as many programs per SM as rows per SM under COLUMNS_MAXNREG's cap (at most 3 with tiles of 8192
-    columns, 4 with narrower ones), two tiles; no cap without the SM count (AMD) or on the long path; the sorted form
-    keeps radix_fast's."""
+    """sorted=False: one uncapped program per SM and one tile up to one row per SM (on NVIDIA 16 warps on the widest
+    tiles); above, two tiles and, on NVIDIA, as many programs per SM as rows per SM under COLUMNS_MAXNREG's cap (at
+    most 3 with tiles of 8192 columns, 4 with narrower ones); no cap on AMD, without the SM count or on the long
+    path; the sorted form keeps radix_fast's."""
     sms = 132
 
-    def tiling(rows, width=8192, sms=sms, by_value=False):
-        return topk_fast._tiling(width, 2048, sms > 0, rows, sms, by_value, 32 if sms else 64)
+    def tiling(rows, width=8192, sms=sms, by_value=False, nvidia=True):
+        return topk_fast._tiling(width, 2048, nvidia, rows, sms, by_value, 32 if nvidia else 64)
 
     assert (tiling(64).maxnreg, tiling(64).tiers) == (tiling(sms).maxnreg, tiling(sms).tiers) == (None, 1)
     # one program a row: COLUMNS_WIDE_TILE_WARPS on the widest tiles, radix_fast's warps on narrower ones and AMD
     assert tiling(64).num_warps == tiling(64, width=5000).num_warps == topk_fast.COLUMNS_WIDE_TILE_WARPS == 16
-    assert tiling(64, width=4096).num_warps == tiling(64, sms=0).num_warps == radix_fast.ON_CHIP_WARPS == 8
+    assert tiling(64, width=4096).num_warps == tiling(64, nvidia=False).num_warps == radix_fast.ON_CHIP_WARPS == 8
     assert tiling(sms + 1).num_warps == radix_fast.ON_CHIP_WARPS
     assert (tiling(sms + 1).maxnreg, tiling(sms + 1).tiers) == (128, topk_fast.COLUMNS_SHARED_TIERS) == (128, 2)
     assert tiling(2 * sms + 1).maxnreg == tiling(8192).maxnreg == 80
     assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
     assert tiling(8192, sms=0).maxnreg is None and tiling(8192, width=8193).maxnreg is None
     assert tiling(8192, by_value=True).maxnreg == radix_fast.SHARED_SM_MAXNREG
+    # AMD: the tiers from more than one row per CU, 8 warps, never a cap
+    amd = [tiling(rows, nvidia=False) for rows in (sms, sms + 1, 8192)]
+    assert [(t.tiers, t.maxnreg, t.num_warps) for t in amd] == [(1, None, 8), (2, None, 8), (2, None, 8)]
+    assert (tiling(8192, sms=0, nvidia=False).tiers, tiling(8192, by_value=True, nvidia=False).maxnreg) == (1, None)
     threads = radix_fast.ON_CHIP_WARPS * 32
     for programs, cap in topk_fast.COLUMNS_MAXNREG.items():   # the cap leaves room for that many programs
         assert programs * threads * cap <= 65536 < (programs + 1) * threads * cap
@@ -775,8 +785,9 @@ def test_hostile_rows_gpu(width, lengths, starts, k, settings, values):
 @pytest.mark.parametrize("target", [Target.NVIDIA, Target.AMD], ids=["nvidia", "amd"])
 def test_isa_specs_are_the_launched_kernels(target: Target, monkeypatch):
     """Every kernel the variant launches on `target` for the cross-compiled shapes (radix_fast.ISA_SHAPES, both
-    forms; NVIDIA with an H200's 132 SMs) has a cross-compile spec for that target with its constexprs, warps and
-    register cap, and every spec is launched: `mxidx isa` reports what runs. The kernels are recorded, not run."""
+    forms; an H200's 132 SMs, an MI355X's 256 CUs) has a cross-compile spec for that target with its constexprs,
+    warps and register cap, and every spec is launched: `mxidx isa` reports what runs. The kernels are recorded, not
+    run."""
     specs = [s for s in topk_fast.VARIANT.isa_specs() if target.isa_target in s.targets]
     launched = []
 
@@ -793,18 +804,16 @@ def test_isa_specs_are_the_launched_kernels(target: Target, monkeypatch):
                 monkeypatch.setattr(module, name, Recorder(fn))
         # what a launch on that GPU gets (the CPU has no PDL)
         monkeypatch.setattr(module, "pdl_launch", lambda wanted, device: {"PDL": wanted})
-    nvidia, sms = target is Target.NVIDIA, 132
+    nvidia = target is Target.NVIDIA
+    sms = 132 if nvidia else 256
     for width, k, has_starts, *many in radix_fast.ISA_SHAPES:
-        if many and not nvidia:
-            continue            # AMD launches know no SM count: no many-rows constants
         rows = radix_fast.MANY_ROWS_PER_SM * sms if many else 2
         logits = torch.empty(16).as_strided((rows, width), (0, 0))   # never read: the shapes and strides matter
         lengths = torch.full((rows,), width, dtype=torch.int32)
         for sorted_ in (True, False):
             call = TopKCall(logits, lengths, lengths if has_starts else None,
                             torch.empty((rows, k), dtype=torch.int32), sorted_)
-            topk_fast._launch(call, topk_fast._tiling(width, k, nvidia, rows, sms if nvidia else 0, sorted_,
-                                                      target.lanes))
+            topk_fast._launch(call, topk_fast._tiling(width, k, nvidia, rows, sms, sorted_, target.lanes))
 
     def matches(spec, fn, kw):
         return (spec.fn is fn and spec.num_warps == kw["num_warps"] and spec.maxnreg == kw.get("maxnreg")
