@@ -38,6 +38,14 @@ class Target(enum.Enum):
         """The cross-compile target of the ISA report (CompileSpec.targets), None for the interpreter."""
         return {Target.NVIDIA: "sm90", Target.AMD: "gfx950"}.get(self)
 
+    @classmethod
+    def of_isa(cls, isa_target: str) -> Target:
+        """The Target whose isa_target is `isa_target` ("sm90", "gfx950"); ValueError for any other."""
+        for target in cls:
+            if target.isa_target == isa_target:
+                return target
+        raise ValueError(f"no target cross-compiles as {isa_target!r}")
+
 
 def target_of(device: torch.device | str, kernel) -> Target:
     """The Target that runs `kernel` (a @triton.jit function of hw) on `device`: INTERPRETER when the kernel was

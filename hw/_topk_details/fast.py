@@ -74,9 +74,8 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target:
     """The column-order kernels a launch on `target` ("sm90" or "gfx950") takes for rows of `width` columns at k,
     with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, else one)."""
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-    nvidia = target == "sm90"
-    tiling = _tiling(width, k, nvidia, MANY_ROWS_PER_SM if many_rows else 1, 1, False,
-                     (Target.NVIDIA if nvidia else Target.AMD).lanes)
+    where = Target.of_isa(target)
+    tiling = _tiling(width, k, where is Target.NVIDIA, MANY_ROWS_PER_SM if many_rows else 1, 1, False, where.lanes)
     return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
 

@@ -1114,10 +1114,9 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
     CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more (the register cap and
     programmatic dependent launch are NVIDIA's)."""
     assert target in ISA_TARGETS, target
-    nvidia = target == "sm90"
+    nvidia = Target.of_isa(target) is Target.NVIDIA
     tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1,
-                                             register_cap=nvidia),
-                                 lanes=(Target.NVIDIA if nvidia else Target.AMD).lanes)
+                                             register_cap=nvidia), lanes=Target.of_isa(target).lanes)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)

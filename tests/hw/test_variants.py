@@ -166,3 +166,12 @@ def test_mxidx_variants_on_the_cpu_after_compiled_kernels_is_a_clear_error(monke
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)   # --device cpu sets it: restored after the test
     result = CliRunner().invoke(main, ["variants", "--device", "cpu"])
     assert result.exit_code == 2 and "run `mxidx variants --device cpu` in a fresh process" in result.output
+
+
+def test_isa_target_names_round_trip():
+    """Target.of_isa inverts Target.isa_target for the cross-compiled targets and refuses other names."""
+    for target in (Target.NVIDIA, Target.AMD):
+        assert Target.of_isa(target.isa_target) is target
+    assert Target.INTERPRETER.isa_target is None
+    with pytest.raises(ValueError, match="no target cross-compiles as 'sm80'"):
+        Target.of_isa("sm80")
