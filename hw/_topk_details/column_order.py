@@ -64,10 +64,10 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
+    _moments,
     _narrow,
     _narrow_on_row,
     _row_range,
-    _row_stats,
     group_size,
     k_pad,
     probe_bits,
@@ -166,9 +166,9 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    total, squares = _moments(x, visible)
     key = _order_key(x, visible)
-    total, squares, lo, hi = _row_stats(x, key, visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, lo, hi, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
                                           SPREAD)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))

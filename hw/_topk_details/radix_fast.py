@@ -318,25 +318,21 @@ def _narrowing(lo, hi, ge_lo, above, k_eff, CAP: tl.constexpr, SLACK: tl.constex
 
 
 @triton.jit
-def _combine_stats(a, squares_a, least_a, largest_a, b, squares_b, least_b, largest_b):
-    return a + b, squares_a + squares_b, tl.minimum(least_a, least_b), tl.maximum(largest_a, largest_b)
+def _sums(a, squares_a, b, squares_b):
+    return a + b, squares_a + squares_b
 
 
 @triton.jit
-def _row_stats(x, key, visible):
-    """(sum, sum of squares, least key, largest key) of a row tile where `visible` (fp32 values `x`, their order keys
-    `key`, 0 where not visible), in one four-operand reduction (one exchange between the warps instead of three):
-    the sums are _normal_guess's fit of the row, the keys _narrow_on_row's first interval. With nothing visible the
-    least key is KEY_MAX and the largest 0."""
+def _moments(x, visible):
+    """(sum, sum of squares) of the fp32 tile `x` where `visible`, in one reduction: _normal_guess's fit of a row."""
     v = tl.where(visible, x, 0.0)
-    total, squares, least, largest = tl.reduce((v, v * v, tl.where(visible, key, _KEY_MAX), key), 0, _combine_stats)
-    return total, squares, least.to(tl.int64), largest.to(tl.int64)
+    return tl.reduce((v, v * v), 0, _sums)
 
 
 @triton.jit
 def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
     """Probes (a, b), lo + 1 <= a <= b <= hi: where the count of n values would reach `target` (fp32) if they were
-    normal with the mean and variance of their sum `total` and sum of squares `squares` (_row_stats), the quantile by
+    normal with the mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by
     Abramowitz and Stegun 26.2.23 (within 4.5e-4), and SPREAD keys of that fit below and above it: the quantile's
     value minus / plus SPREAD over the fit's density there (a == b, the quantile, when SPREAD is 0). (0, 0), no
     guess, when the quantile is not a finite number (a NaN or an infinity among the values) or target is not
@@ -373,13 +369,13 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 
 
 @triton.jit
-def _narrow_on_row(key, lo, hi, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
+def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
                    SLACK: tl.constexpr, SPREAD: tl.constexpr):
-    """Narrow a tile holding every key of a row (uint32, 0 where not visible; n visible, k_eff >= 1; their
-    _row_stats: least and largest keys lo and hi, their values' total and squares) until the state is terminal or at
-    most CAP keys are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach
-    lo; returns (lo, hi, ge_lo, above) of the module docstring. When n already stops the rounds (n <= k_eff, or n <=
-    k_eff + SLACK) they are the least and largest keys, n and 0.
+    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1; their values'
+    _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
+    (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
+    module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
+    largest keys, n and 0.
 
     The interval starts at the row's least and largest keys (no round is spent above or below them). The first round
     probes where the count would reach its target if the values were normal with their mean and variance
@@ -392,6 +388,8 @@ def _narrow_on_row(key, lo, hi, n, k_eff, total, squares, CAP: tl.constexpr, SEC
     key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above its
     probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
     (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
+    lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
+    hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
     above = n * 0
     check = (lo == _SIGN_BIT).to(tl.int32)
@@ -636,9 +634,9 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=visible, other=0.0)
+    total, squares = _moments(x, visible)
     key = _order_key(x, visible)
-    total, squares, lo, hi = _row_stats(x, key, visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, lo, hi, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
                                           SECANT_ROUNDS, 0, 0)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
@@ -776,8 +774,8 @@ def _tau_kernel(
     g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
-    total, squares, least, largest = _row_stats(_key_value(gmax), gmax, gmax > 0)
-    tau, _, _, _ = _narrow_on_row(gmax, least, largest, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
+    total, squares = _moments(_key_value(gmax), gmax > 0)
+    tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
                                   CAP // _TAU_SLACK_DIV, 0)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
     lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
