@@ -41,7 +41,7 @@ class Target(enum.Enum):
     @classmethod
     def of_isa(cls, isa_target: str) -> Target:
         """The Target whose isa_target is `isa_target` ("sm90", "gfx950"); ValueError for any other."""
-        for target in cls:
+        for target in (cls.NVIDIA, cls.AMD):
             if target.isa_target == isa_target:
                 return target
         raise ValueError(f"no target cross-compiles as {isa_target!r}")

@@ -379,7 +379,7 @@ def spec_variants(target: str) -> dict[str, tuple[str, str, bool]]:
     from hw.targets import Target
     from hw.variants import REGISTRY, select
 
-    where = next(t for t in Target if t.isa_target == target)
+    where = Target.of_isa(target)
     found = {}
     for op, op_variants in REGISTRY.items():
         for v in op_variants:

@@ -53,12 +53,13 @@ def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: boo
 
 
 def _settings(target: Target, call) -> FastTiling:
-    """The launch constants of `call`; NotCovered for rows wider than FAST_MAX_WIDTH (radix_fast.check_width)."""
+    """The launch constants of `call` on `target`, its many-rows constants from the GPU's SMs (CUs on AMD; none
+    under the interpreter); NotCovered for rows wider than FAST_MAX_WIDTH (radix_fast.check_width)."""
     rows, width = call.logits.shape
     radix_fast.check_width(width)
-    # the GPU's SMs (CUs on AMD); none on the CPU (the interpreter)
-    return _tiling(width, call.k, target is Target.NVIDIA, rows, sm_count(call.logits.device) if call.logits.is_cuda
-                   else 0, call.sorted, target.lanes)
+    gpu = call.logits.is_cuda and target is not Target.INTERPRETER
+    return _tiling(width, call.k, target is Target.NVIDIA, rows, sm_count(call.logits.device) if gpu else 0,
+                   call.sorted, target.lanes)
 
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
@@ -75,15 +76,19 @@ def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target:
     with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, else one)."""
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     where = Target.of_isa(target)
-    tiling = _tiling(width, k, where is Target.NVIDIA, MANY_ROWS_PER_SM if many_rows else 1, 1, False, where.lanes)
+    tiling = _tiling(width, k, where is Target.NVIDIA, MANY_ROWS_PER_SM if many_rows else 0, 1, False, where.lanes)
     return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
 
 def _isa_specs() -> tuple:
     """Both forms' kernels for each of ISA_SHAPES on each of ISA_TARGETS."""
-    return sum((radix_fast.isa_specs(width, k, has_starts, bool(many and many[0]), target)
-                + _column_specs(width, k, has_starts, bool(many and many[0]), target)
-                for width, k, has_starts, *many in ISA_SHAPES for target in ISA_TARGETS), ())
+    specs = []
+    for width, k, has_starts, *many in ISA_SHAPES:
+        many_rows = bool(many and many[0])
+        for target in ISA_TARGETS:
+            specs += radix_fast.isa_specs(width, k, has_starts, many_rows, target)
+            specs += _column_specs(width, k, has_starts, many_rows, target)
+    return tuple(specs)
 
 
 #: every target, both forms (the kernels compile for gfx950 without scratch: docs/perf/isa-gfx950.md); rows of at

@@ -148,7 +148,7 @@ class FastTiling(LaunchSettings):
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
-                register_cap: bool = True) -> FastTiling:
+                register_cap: bool = False) -> FastTiling:
     """The launch constants for rows of `width` >= 1 columns at 1 <= k <= FAST_MAX_K (pdl: FastTiling.pdl, the
     variant's choice on NVIDIA). rows, sms: the launch's rows and the GPU's SMs (CUs on AMD; 0: not known). From
     MANY_ROWS_PER_SM rows per SM, the on-chip selecting kernel holds each row in the narrowest of MANY_ROWS_TIERS
@@ -1112,9 +1112,10 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
     CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more (the register cap and
     programmatic dependent launch are NVIDIA's)."""
     assert target in ISA_TARGETS, target
-    nvidia = Target.of_isa(target) is Target.NVIDIA
+    where = Target.of_isa(target)
+    nvidia = where is Target.NVIDIA
     tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1,
-                                             register_cap=nvidia), lanes=Target.of_isa(target).lanes)
+                                             register_cap=nvidia), lanes=where.lanes)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)

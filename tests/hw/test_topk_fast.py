@@ -273,28 +273,39 @@ def test_count_sort_on_one_tile_launches():
         assert {s.constexprs.get("COUNT_GROUP") for s in radix_fast.isa_specs(*shape)} <= {0, None}, shape
 
 
-def test_register_cap_from_rows_per_sm():
-    """The on-chip selecting kernel shares an SM between two programs from MANY_ROWS_PER_SM rows per SM, only when
-    the SMs are known, never on the long path; the cap leaves two programs of ON_CHIP_WARPS warps room."""
+def test_register_cap_from_rows_per_sm(monkeypatch):
+    """The on-chip selecting kernel holds each row in the narrowest of MANY_ROWS_TIERS tiles from MANY_ROWS_PER_SM
+    rows per SM, only when the SMs are known, never on the long path, and with register_cap (NVIDIA) shares an SM
+    between two programs under a cap that leaves them room; the variant's settings ask the GPU's SMs (CUs) on NVIDIA
+    and AMD, not under the interpreter, and cap registers on NVIDIA only."""
     sms = 132
     many = radix_fast.MANY_ROWS_PER_SM * sms
-    assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).maxnreg == radix_fast.SHARED_SM_MAXNREG
-    assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).maxnreg is None
-    assert radix_fast.fast_tiling(8192, 2048, rows=many).maxnreg is None
-    assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).maxnreg is None
-    # and holds each row in the narrowest of MANY_ROWS_TIERS tiles, with the same threshold
-    assert radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms).tiers == radix_fast.MANY_ROWS_TIERS == 3
-    assert radix_fast.fast_tiling(8192, 2048, rows=many - 1, sms=sms).tiers == 1
-    assert radix_fast.fast_tiling(8193, 2048, rows=many, sms=sms).tiers == 1
+
+    def tiling(rows, width=8192, sms=sms):
+        return radix_fast.fast_tiling(width, 2048, rows=rows, sms=sms, register_cap=True)
+
+    assert tiling(many).maxnreg == radix_fast.SHARED_SM_MAXNREG
+    assert tiling(many - 1).maxnreg is None and tiling(many, sms=0).maxnreg is None
+    assert tiling(many, width=8193).maxnreg is None
+    assert tiling(many).tiers == radix_fast.MANY_ROWS_TIERS == 3
+    assert tiling(many - 1).tiers == 1 and tiling(many, width=8193).tiers == 1
     assert 2 * radix_fast.ON_CHIP_WARPS * 32 * radix_fast.SHARED_SM_MAXNREG <= 65536
     # without a register cap (AMD): the same tiers, no cap
-    amd = radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms, register_cap=False)
+    amd = radix_fast.fast_tiling(8192, 2048, rows=many, sms=sms)
     assert (amd.tiers, amd.maxnreg) == (radix_fast.MANY_ROWS_TIERS, None)
-    call = SimpleNamespace(logits=torch.empty(many, 8192), k=2048, sorted=True)   # a CPU tensor: no SM count to ask for
-    for target in (Target.NVIDIA, Target.AMD):
-        assert (topk_fast.VARIANT.settings(target, call).maxnreg, topk_fast.VARIANT.settings(target, call).tiers) == \
-            (None, 1)
-    assert topk_fast._tiling(8192, 2048, False, many, sms, True, 64).tiers == radix_fast.MANY_ROWS_TIERS
+
+    def settings(target, is_cuda, cus=sms):
+        """The variant's settings for `many` rows of logits that claim to live on a GPU (is_cuda) of `cus` SMs."""
+        monkeypatch.setattr(topk_fast, "sm_count", lambda device: cus)
+        logits = SimpleNamespace(shape=(many, 8192), is_cuda=is_cuda, device="cuda:0")
+        t = topk_fast.VARIANT.settings(target, SimpleNamespace(logits=logits, k=2048, sorted=True))
+        return t.tiers, t.maxnreg
+
+    assert settings(Target.NVIDIA, True) == (3, radix_fast.SHARED_SM_MAXNREG)
+    assert settings(Target.AMD, True) == (3, None)
+    assert settings(Target.AMD, True, cus=sms + 1) == (1, None)     # fewer than MANY_ROWS_PER_SM rows per CU
+    assert settings(Target.NVIDIA, False) == settings(Target.AMD, False) == (1, None)   # a CPU tensor: no SM count
+    assert settings(Target.INTERPRETER, True) == (1, None)
 
 
 def test_column_order_programs_per_sm():

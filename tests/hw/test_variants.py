@@ -173,5 +173,6 @@ def test_isa_target_names_round_trip():
     for target in (Target.NVIDIA, Target.AMD):
         assert Target.of_isa(target.isa_target) is target
     assert Target.INTERPRETER.isa_target is None
-    with pytest.raises(ValueError, match="no target cross-compiles as 'sm80'"):
-        Target.of_isa("sm80")
+    for name in ("sm80", None):
+        with pytest.raises(ValueError, match=f"no target cross-compiles as {name!r}"):
+            Target.of_isa(name)
