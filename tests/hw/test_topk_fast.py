@@ -523,6 +523,28 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
                  f"column-order top-k ({case.name}, tiers)")
 
 
+def test_column_order_with_amd_many_rows_constants(device):
+    """The column-order launch AMD takes for many rows (more than one row per CU): two tiers of 8192 / 4096 columns,
+    64-lane wavefronts, no register cap, so the 8192-column tile spreads 1024 runs of 4 columns over 512 threads.
+    Rows in both tiers, ragged starts, a short row written directly; the oracle's selection in column order."""
+    cus = 4
+    tiling = topk_fast._tiling(8192, 100, False, 3 * cus, cus, False, Target.AMD.lanes)
+    assert (tiling.tiers, tiling.maxnreg, tiling.lanes) == (topk_fast.COLUMNS_SHARED_TIERS, None, 64)
+    assert column_order.row_layout(tiling, 8192, 2, True) == {"THREADS": 1024, "VEC": 4}
+    k = 100
+    starts = np.array([0, 37, 4100, 1000, 8000], dtype=np.int32)
+    ends = np.array([8192, 8000, 8192, 5001, 8050], dtype=np.int32)
+    x = np.random.default_rng(11).standard_normal((len(ends), 8192)).astype(np.float32)
+    cols = np.arange(8192)
+    hidden = (cols[None] < starts[:, None]) | (cols[None] >= ends[:, None])
+    x[hidden] = np.random.default_rng(12).choice(POISON, size=int(hidden.sum()))
+    out = torch.full((len(ends), k), 12345, dtype=torch.int32, device=device)
+    column_order.launch_columns(torch.from_numpy(x).to(device), torch.from_numpy(ends).to(device),
+                                torch.from_numpy(starts).to(device), out, tiling)
+    assert_exact(out.cpu().numpy(), in_column_order(sim_top_k(x, k, starts=starts, ends=ends)),
+                 "column order, AMD's many-rows constants")
+
+
 #: cases with launch constants drawn from fixed seeds, combinations the named tilings above do not list: seed % 4
 #: picks the path (one row tile with the counting-sorted ordering; tiers of narrower tiles; the long path; the long
 #: path with 64 lanes), the seed the rest (tiles, candidate tiles, streaming blocks, ordering segments and samples)
