@@ -66,8 +66,23 @@ def _slots(block_table: np.ndarray, page: int, request: int, positions: np.ndarr
     return block_table[request, positions // page].astype(np.int64) * page + positions % page
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_hook_prefill_and_decode_match_sim(case: HookCase, device):
+#: the hook with the top-k GPUs launch (radix_fast) in place of the interpreter's default (rows_tile), both forms
+GPU_TOPK_CASES = [(CASES[0], "radix_fast"), (CASES[1], "radix_fast")]
+
+
+@pytest.mark.parametrize("case, topk_variant", [(c, None) for c in CASES] + GPU_TOPK_CASES,
+                         ids=lambda p: str(p) if isinstance(p, HookCase) else p or "default_topk")
+def test_hook_prefill_and_decode_match_sim(case: HookCase, topk_variant: str | None, device, monkeypatch):
+    """topk_variant: every top-k the hook launches takes this hw.variants name instead of the target's default
+    (GPU_TOPK_CASES: so that CPU runs check the hook's top-k as NVIDIA and AMD launch it)."""
+    if topk_variant is not None:
+        select = hw.topk.select
+        monkeypatch.setattr(hw.topk, "select", lambda op, target, kv_dtype=None, name=None, call=None:
+                            select(op, target, kv_dtype, name or topk_variant, call))
+        launched = []
+        run = hw.variants.Variant.run
+        monkeypatch.setattr(hw.variants.Variant, "run", lambda self, *args: launched.append(self.name) or
+                            run(self, *args))
     rng = np.random.default_rng(7)
     page, dim, heads = case.page_size, case.head_dim, case.heads
     pool_layout = PoolLayout(case.kv_dtype, case.layout, 2, NUM_PAGES, page, dim, extra_bytes_per_page=32)
@@ -131,6 +146,9 @@ def test_hook_prefill_and_decode_match_sim(case: HookCase, device):
         assert_topk_within_bound(got, sim_scorer.decode_logits(*args),
                                  sim_scorer.decode_error_bound(*args, n_roundings=dim), visible, TOP_K, "decode",
                                  by_value)
+    if topk_variant is not None:   # every top-k of the hook took it: one a request with new tokens, one a step
+        prefill_top_ks = sum(query_len > 0 for chunk in CHUNKS for _, query_len in chunk)
+        assert launched.count(topk_variant) == prefill_top_ks + DECODE_STEPS, launched
 
 
 def test_hook_rejects_bad_inputs(device):
