@@ -12,7 +12,7 @@ An fp32 magnitude with bits `a` (sign cleared) is written as M * 2^(be - 150), w
 biased exponent (subnormals use 1) and M = mantissa field | implicit bit (2^23, normals only) < 2^24.
 A value v = |x| * 2^-s then has v = M * 2^(ev - 23) with ev = be - 127 - s (for a normal x, ev = floor(log2 v)).
 Rounding v to a grid of step 2^k is a right shift of M by n = k - ev + 23 with round-to-nearest-even (E4M3);
-E2M1's eight values are found by comparing v's bits with its rounding boundaries instead.
+E2M1's eight values are found by comparing |x|'s bits with its rounding boundaries scaled by 2^s instead.
 """
 import triton
 import triton.language as tl
@@ -113,32 +113,38 @@ def e8m0_scale_byte(amax_bits, RULE: tl.constexpr):
 
 
 @triton.jit
-def _scaled_bits(a, s):
-    """int32 bits of v = |x| * 2^-s, for abs bits `a` of a finite x with v < 8: exact where v is a normal fp32, else
-    a value below the bits of 2^-126 (possibly negative: compare as signed ints). For a normal x that is a subtraction
-    from the exponent field; a subnormal x is first written as the integer a (an exact fp32) times 2^-149."""
-    sub = a < F32_IMPLICIT_BIT
-    # the subnormal path's shift capped at 255 binades: beyond it v is far below 2^-126 either way, and no int32 wraps
-    return tl.where(sub, a.to(tl.float32).to(tl.int32, bitcast=True) - (tl.minimum(s + 149, 255) << F32_MANT_BITS),
-                    a - (s << F32_MANT_BITS))
+def _boundary_bits(b_bits: tl.constexpr, s):
+    """int32 bits of the fp32 b * 2^s, for the bits b_bits of one of E2M1's rounding boundaries b (0.25 .. 5) and a
+    scale exponent -126 <= s <= 126: exact (the product has at most 3 significant bits and lies above 2^-149), a
+    subnormal where it falls below 2^-126 (only 0.25 and 0.75 can, by at most two binades), and for 5 * 2^126 (past
+    the largest fp32) the bits above every finite value's."""
+    e_field: tl.constexpr = b_bits >> F32_MANT_BITS
+    normal = b_bits + (s << F32_MANT_BITS)
+    if e_field > F32_BIAS - 1:   # b >= 1: b * 2^-126 is normal
+        return normal
+    else:
+        # below 2^-126: the significand shifted right by 1 - (e_field + s), 1 or 2 binades (exact: its low bits are 0)
+        significand: tl.constexpr = (b_bits & F32_MANT_MASK) | F32_IMPLICIT_BIT
+        return tl.where(s + e_field >= 1, normal, significand >> tl.minimum(tl.maximum(1 - e_field - s, 1), 2))
 
 
 @triton.jit
 def e2m1_code(a, negative, s):
     """Code 0..15 (int32) of x * 2^-s rounded to E2M1 (RNE, sign kept on zero).
 
-    a: abs bits of a finite x; s: the scale exponent of x's block (e8m0_scale_byte - 127, broadcastable), so that
-    v = |x| * 2^-s < 8. The magnitude code is the number of E2M1's rounding boundaries (the midpoints 0.25, 0.75,
-    1.25, 1.75, 2.5, 3.5, 5 of the values 0, 0.5, 1, 1.5, 2, 3, 4, 6) that v passes: v > t, or v >= t where a tie
-    rounds to the even code above; v in (5, 8) saturates to 7 (6). Found by a search of three compares on v's bits
-    (_scaled_bits: integer arithmetic, so subnormal x and any s give the same codes on every backend), which order
-    non-negative fp32 values as their magnitudes.
+    a: abs bits of a finite x; s: the scale exponent of x's block (e8m0_scale_byte - 127, -126 <= s <= 126,
+    broadcastable), so that v = |x| * 2^-s < 8. The magnitude code is the number of E2M1's rounding boundaries (the
+    midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 of the values 0, 0.5, 1, 1.5, 2, 3, 4, 6) that v passes: v > t, or
+    v >= t where a tie rounds to the even code above; v in (5, 8) saturates to 7 (6). Found by a search of three
+    compares of |x| with the boundaries scaled by 2^s (|x| >= t 2^s exactly when v >= t: both sides are exact fp32
+    values, _boundary_bits, computed once per block in integer arithmetic, so subnormal x and any s give the same codes
+    on every backend), whose bits order non-negative fp32 values as their magnitudes.
     """
-    v = _scaled_bits(a, s)
-    c2 = v >= E2M1_B175                                       # code >= 4 (1.75 | 2: a tie rounds up)
-    c1 = v >= tl.where(c2, E2M1_B350, E2M1_B075)              # 3.5 | 4 or 0.75 | 1: ties up
-    t0 = tl.where(c2, tl.where(c1, E2M1_B500, E2M1_B250), tl.where(c1, E2M1_B125, E2M1_B025))   # ties stay down
-    code = c2.to(tl.int32) * 4 + c1.to(tl.int32) * 2 + (v > t0).to(tl.int32)
+    c2 = a >= _boundary_bits(E2M1_B175, s)                    # code >= 4 (1.75 | 2: a tie rounds up)
+    c1 = a >= tl.where(c2, _boundary_bits(E2M1_B350, s), _boundary_bits(E2M1_B075, s))   # 3.5 | 4 or 0.75 | 1: up
+    t0 = tl.where(c2, tl.where(c1, _boundary_bits(E2M1_B500, s), _boundary_bits(E2M1_B250, s)),
+                  tl.where(c1, _boundary_bits(E2M1_B125, s), _boundary_bits(E2M1_B025, s)))   # ties stay down
+    code = c2.to(tl.int32) * 4 + c1.to(tl.int32) * 2 + (a > t0).to(tl.int32)
     return code | tl.where(negative, E2M1_SIGN, 0)
 
 
@@ -200,7 +206,9 @@ def mxfp4_quantize_tile(x, BLOCKS: tl.constexpr, RULE: tl.constexpr):
     amax = tl.max(a3, axis=2)  # the integer max of the abs bits: the fp32 max of a finite block
     nonfinite = amax >= F32_INF_BITS
     scale = e8m0_scale_byte(amax, RULE)
-    codes = e2m1_code(a3, tl.reshape(negative, (R, BLOCKS, 32)), (scale - E8M0_BIAS)[:, :, None])
+    # a non-finite block's scale may stand for s = 127, past e2m1_code's range: its codes are replaced below
+    s = tl.minimum(scale, E8M0_MAX_BYTE - 1) - E8M0_BIAS
+    codes = e2m1_code(a3, tl.reshape(negative, (R, BLOCKS, 32)), s[:, :, None])
     codes = tl.where(nonfinite[:, :, None], 0, codes)
     lo, hi = tl.split(tl.reshape(codes, (R, 16 * BLOCKS, 2)))
     return lo | (hi << 4), tl.where(nonfinite, E8M0_NAN, scale)
