@@ -395,7 +395,7 @@ def _read_sm90(spec: CompileSpec, compiled, seconds: float) -> KernelIsa:
     occupancy, limited_by = nv_warps_per_sm(regs, shared, spec.num_warps)
     scratch = stack + local
     ops = _count(_NV_MATRIX_OP.findall(compiled.asm["ptx"]))
-    failures, notes = _common_failures(spec, 0, scratch, occupancy)
+    failures, notes = _common_failures(spec, None, scratch, occupancy)
     return KernelIsa(spec.label, spec.fn.__name__, "sm90", spec.num_warps, ops, (("reg", regs),), 0, scratch,
                      shared, occupancy, NV_MAX_WARPS_PER_SM, limited_by, None, round(seconds, 2), tuple(failures),
                      notes)
@@ -430,16 +430,18 @@ def nv_warps_per_sm(regs: int, shared_bytes: int, num_warps: int) -> tuple[int, 
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-def _common_failures(spec: CompileSpec, spills: int, scratch: int, occupancy: int,
+def _common_failures(spec: CompileSpec, spills: int | None, scratch: int, occupancy: int,
                      lane_spills: int = 0) -> tuple[list[str], tuple]:
     """(failed claims, notes): scratch memory or registers spilled to it fail unless the spec gives a reason
     (scratch_ok), then it is a note; AMD's SGPRs spilled into VGPR lanes (`lane_spills`, no scratch memory: a
-    v_writelane / v_readlane pair each) are a note; not fitting on one CU/SM always fails."""
+    v_writelane / v_readlane pair each) are a note; not fitting on one CU/SM always fails. spills None: not
+    counted (sm90, where spills are part of the stack and local bytes)."""
     failures, notes = [], []
     if (spills or scratch) and spec.scratch_ok:
         notes.append(f"scratch accepted: {spec.scratch_ok}")
     elif spills or scratch:
-        failures.append(f"scratch: {scratch} bytes, {spills} spilled registers")
+        failures.append(f"scratch: {scratch} bytes" + (" of stack and local memory a thread" if spills is None
+                                                       else f", {spills} spilled registers"))
     if lane_spills:
         notes.append(f"{lane_spills} SGPRs spilled into VGPR lanes, no scratch memory")
     if occupancy == 0:

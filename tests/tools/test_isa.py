@@ -217,6 +217,14 @@ def test_scratch_claims(spills, scratch, lanes, scratch_ok, failed, notes):
     assert isa._common_failures(spec, spills, scratch, 0, lane_spills=lanes)[0][-1].startswith("does not fit")
 
 
+def test_scratch_failure_names_what_was_counted():
+    """gfx950 counts spilled registers; sm90 reports stack and local bytes, where spills are part of them, so its
+    failure names no spill count (a '0 spilled registers' there would be wrong whenever ptxas spilled)."""
+    spec = CompileSpec("claim", tiny_dot_scaled, _tiny(32).types, _tiny(32).constexprs)
+    assert isa._common_failures(spec, 3, 64, 8)[0] == ["scratch: 64 bytes, 3 spilled registers"]
+    assert isa._common_failures(spec, None, 24, 8)[0] == ["scratch: 24 bytes of stack and local memory a thread"]
+
+
 _LOOP_ASM = """\tv_mov_b32 v0, 0
 .LBB0_1:                                ; =>This Inner Loop Header: Depth=1
 \tbuffer_load_dwordx4 v1, s[0:3], 0 offen lds
