@@ -137,8 +137,9 @@ def e2m1_code(a, negative, s):
     midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 of the values 0, 0.5, 1, 1.5, 2, 3, 4, 6) that v passes: v > t, or
     v >= t where a tie rounds to the even code above; v in (5, 8) saturates to 7 (6). Found by a search of three
     compares of |x| with the boundaries scaled by 2^s (|x| >= t 2^s exactly when v >= t: both sides are exact fp32
-    values, _boundary_bits, computed once per block in integer arithmetic, so subnormal x and any s give the same codes
-    on every backend), whose bits order non-negative fp32 values as their magnitudes.
+    values, but for 5 * 2^126, past the largest fp32, whose bits lie above every finite value's; _boundary_bits,
+    computed once per block in integer arithmetic, so subnormal x and every s in range give the same codes on every
+    backend), whose bits order non-negative fp32 values as their magnitudes.
     """
     c2 = a >= _boundary_bits(E2M1_B175, s)                    # code >= 4 (1.75 | 2: a tie rounds up)
     c1 = a >= tl.where(c2, _boundary_bits(E2M1_B350, s), _boundary_bits(E2M1_B075, s))   # 3.5 | 4 or 0.75 | 1: up

@@ -146,14 +146,15 @@ def test_quantizers_on_random_fp32_bit_patterns(device):
 def _boundary_blocks(rule: str) -> np.ndarray:
     """fp32 [blocks, 32]: for every scale exponent s a block can get under `rule`, a block whose maximum sets s and
     whose other values sit on E2M1's rounding boundaries t * 2^s (t = 0.25, 0.75, ..., 5) and one ulp either side,
-    signs alternating; plus blocks of fp32 subnormals (s clamped to -126), where those values are subnormal too."""
+    signs alternating; plus blocks of fp32 subnormals (s clamped to -126), where those values are subnormal too.
+    Under rceil the largest fp32 gets s = 126, where 5 * 2^s lies past every finite value."""
     top = 1.5 if rule == "rceil" else 1.9921875     # the largest block maximum 2^(s + 2) * top that keeps s
     rows = []
-    for s in range(-126, 126):
-        row = [np.float32(np.ldexp(top, s + 2))]
+    for s in range(-126, 127 if rule == "rceil" else 126):
+        row = [np.float32(np.ldexp(top, s + 2)) if s < 126 else np.finfo(np.float32).max]
         for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0):
-            v = np.float32(np.ldexp(t, s))
-            if v < row[0]:
+            if np.ldexp(t, s) < row[0]:   # in float64: 5 * 2^126 and above are past the largest fp32
+                v = np.float32(np.ldexp(t, s))
                 row += [np.nextafter(v, np.float32(0)), v, np.nextafter(v, np.float32(np.inf))]
         row = [min(r, row[0]) * (-1) ** i for i, r in enumerate(row)]
         rows.append((row + [np.float32(0)] * 32)[:32])

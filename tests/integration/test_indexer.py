@@ -75,14 +75,19 @@ GPU_TOPK_CASES = [(CASES[0], "radix_fast"), (CASES[1], "radix_fast")]
 def test_hook_prefill_and_decode_match_sim(case: HookCase, topk_variant: str | None, device, monkeypatch):
     """topk_variant: every top-k the hook launches takes this hw.variants name instead of the target's default
     (GPU_TOPK_CASES: so that CPU runs check the hook's top-k as NVIDIA and AMD launch it)."""
+    launched = []
     if topk_variant is not None:
-        select = hw.topk.select
-        monkeypatch.setattr(hw.topk, "select", lambda op, target, kv_dtype=None, name=None, call=None:
-                            select(op, target, kv_dtype, name or topk_variant, call))
-        launched = []
-        run = hw.variants.Variant.run
-        monkeypatch.setattr(hw.variants.Variant, "run", lambda self, *args: launched.append(self.name) or
-                            run(self, *args))
+        select, run = hw.topk.select, hw.variants.Variant.run
+
+        def select_named(op, target, kv_dtype=None, name=None, call=None):
+            return select(op, target, kv_dtype, name or topk_variant, call)
+
+        def run_recorded(variant, *args):
+            launched.append(variant)
+            return run(variant, *args)
+
+        monkeypatch.setattr(hw.topk, "select", select_named)
+        monkeypatch.setattr(hw.variants.Variant, "run", run_recorded)
     rng = np.random.default_rng(7)
     page, dim, heads = case.page_size, case.head_dim, case.heads
     pool_layout = PoolLayout(case.kv_dtype, case.layout, 2, NUM_PAGES, page, dim, extra_bytes_per_page=32)
@@ -148,7 +153,8 @@ def test_hook_prefill_and_decode_match_sim(case: HookCase, topk_variant: str | N
                                  by_value)
     if topk_variant is not None:   # every top-k of the hook took it: one a request with new tokens, one a step
         prefill_top_ks = sum(query_len > 0 for chunk in CHUNKS for _, query_len in chunk)
-        assert launched.count(topk_variant) == prefill_top_ks + DECODE_STEPS, launched
+        top_ks = [v.name for v in launched if v.op is hw.targets.Op.TOPK]
+        assert top_ks == [topk_variant] * (prefill_top_ks + DECODE_STEPS), top_ks
 
 
 def test_hook_rejects_bad_inputs(device):
