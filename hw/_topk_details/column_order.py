@@ -11,7 +11,9 @@ keys inside [lo, hi] in column order, so a selected column's place in the output
 
     (keys > hi before it) + min(keys inside [lo, hi] before it, need)
 
-which `_store_columns` computes from one cumsum: ties at the threshold are decided by column, never by timing.
+which `_store_columns` computes from one cumsum: ties at the threshold are decided by column, never by timing. When
+ge_lo == k_eff (every key >= lo selected: the usual end on rows without ties at the threshold) the on-chip store
+takes the place as the 1-based rank among keys >= lo, minus one (`_store_from`: one flag and one prefix a column).
 
 Per row:
   visible <= k   every visible column, start .. end - 1, then -1: the row is not read (the short rows of a
@@ -74,7 +76,7 @@ from .radix_fast import (
     row_tiers,
     row_tile,
 )
-from .tile_scan import _atomic_slots, _exclusive_prefix, _row_columns, _row_entries, _scatter_view
+from .tile_scan import _atomic_slots, _exclusive_prefix, _inclusive_prefix, _row_columns, _row_entries, _scatter_view
 
 #: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
 #: faster there on the H200 where a thread holds several groups of VEC columns; level or slower on tiles of 8192 and
@@ -138,6 +140,25 @@ def _store_gathered(key, base, lo, hi, need, out_row, TILE: tl.constexpr, THREAD
 
 
 @triton.jit
+def _store_from(key, cols, lo, out_row, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """_store_columns of one whole tile when every key >= lo is selected (ge_lo == k_eff): one flag, one prefix."""
+    take = key >= lo.to(tl.uint32)
+    # a taken column's place is its 1-based rank - 1: no per-column select between the two prefixes
+    rank = _inclusive_prefix(take.to(tl.int32), THREADS, VEC)
+    tl.store(out_row - 1 + _scatter_view(rank, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
+             mask=_scatter_view(take, THREADS, VEC))
+
+
+@triton.jit
+def _store_gathered_from(key, base, lo, out_row, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """_store_gathered when every key >= lo is selected (ge_lo == k_eff)."""
+    take = key >= lo.to(tl.uint32)
+    place = tl.where(take, _exclusive_prefix(take.to(tl.int32), THREADS, VEC), -1)
+    at = tl.gather(place, _row_entries(TILE, THREADS, VEC), 0)
+    tl.store(out_row + at, base + tl.arange(0, TILE), mask=at >= 0)
+
+
+@triton.jit
 def _all_visible(start, end, k, out_row, K_PAD: tl.constexpr):
     """A row with at most k visible columns: start .. end - 1, then -1."""
     j = tl.arange(0, K_PAD)
@@ -181,9 +202,15 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
         cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
         lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     if (TILE <= _GATHERED_STORE_MAX_TILE) and (VEC == 4) and (TILE // (VEC * THREADS) > 1):
-        _store_gathered(key, base, lo, hi, k_eff - above, out_row, TILE, THREADS, VEC)
+        if ge_lo == k_eff:
+            _store_gathered_from(key, base, lo, out_row, TILE, THREADS, VEC)
+        else:
+            _store_gathered(key, base, lo, hi, k_eff - above, out_row, TILE, THREADS, VEC)
     else:
-        _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
+        if ge_lo == k_eff:
+            _store_from(key, cols, lo, out_row, THREADS, VEC)
+        else:
+            _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
 
 
 @triton.jit
@@ -427,8 +454,8 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
-    """The column-order kernels of one launch (the long path's group maxima and tau are the sorted form's, listed
-    by radix_fast.isa_specs)."""
+    """The column-order kernels of one launch (the long path's first three are the sorted form's, listed by
+    radix_fast.isa_specs)."""
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:

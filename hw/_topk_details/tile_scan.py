@@ -5,7 +5,7 @@ Loaded, a 1-D tile has Triton's coalesced layout: VEC entries a thread, THREADS 
 generic tl.cumsum of such a tile in its own index order scans across the interleaved threads, REP times, and a
 scattered store of its result moves the scan to a layout of one entry a thread. Indexing the columns as
 _row_columns says instead gives each thread VEC x REP adjacent columns, so a prefix in column order is one scan of
-the per-thread totals plus sums inside each thread (_exclusive_prefix), and a scattered store of the tile's view
+the per-thread totals plus sums inside each thread (_column_prefix), and a scattered store of the tile's view
 in _scatter_view's order moves no data between threads. THREADS may exceed the program's threads: each thread
 then holds the runs of several, spread over the tile (column_order.row_layout for many rows). Correctness never
 depends on the layout the compiler picks: another one only moves data.
@@ -36,11 +36,16 @@ def _row_entries(TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """Exclusive prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else
-    _row_columns' order (the sums of each thread's entries, scanned across the threads, then within the thread)."""
+def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: tl.constexpr):
+    """Prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else _row_columns'
+    order (the sums of each thread's entries, scanned across the threads, then within the thread). Exclusive (the
+    flags before each entry), or INCLUSIVE (a 0/1 tile's flagged entries then hold their 1-based ranks)."""
     if THREADS == 0:
-        return tl.cumsum(flags, 0) - flags
+        within = tl.cumsum(flags, 0)
+        if INCLUSIVE:
+            return within
+        else:
+            return within - flags
     else:
         TILE: tl.constexpr = flags.shape[0]
         REP: tl.constexpr = TILE // (VEC * THREADS)
@@ -49,9 +54,28 @@ def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
         per_thread = tl.sum(per_rep, 0)
         before = tl.reshape(tl.cumsum(per_thread, 0) - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
         if VEC == 1:
-            return tl.reshape(before, [TILE])
+            if INCLUSIVE:
+                return tl.reshape(before, [TILE]) + flags
+            else:
+                return tl.reshape(before, [TILE])
         else:
-            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+            within = tl.cumsum(f, 2)
+            if INCLUSIVE:
+                return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within, [TILE])
+            else:
+                return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within - f, [TILE])
+
+
+@triton.jit
+def _exclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """_column_prefix, exclusive: each entry's count of flags before it in column order."""
+    return _column_prefix(flags, THREADS, VEC, False)
+
+
+@triton.jit
+def _inclusive_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """_column_prefix, inclusive: a 0/1 tile's flagged entries hold their 1-based ranks in column order."""
+    return _column_prefix(flags, THREADS, VEC, True)
 
 
 @triton.jit

@@ -1,8 +1,8 @@
 """hw/_topk_details/tile_scan: a row tile indexed by _row_columns holds every column once, _row_entries inverts it,
-and _exclusive_prefix gives each column the number of flagged columns before it in column order, whatever THREADS
-and VEC say (the layouts the kernels use, THREADS beyond the program's threads among them, and the plain tile order
-of THREADS = 0), stored through _scatter_view's order; _atomic_slots gives the flagged columns distinct slots, each
-thread's run in column order."""
+and _exclusive_prefix gives each column the number of flagged columns before it in column order (_inclusive_prefix:
+up to and including it), whatever THREADS and VEC say (the layouts the kernels use, THREADS beyond the program's
+threads among them, and the plain tile order of THREADS = 0), stored through _scatter_view's order; _atomic_slots
+gives the flagged columns distinct slots, each thread's run in column order."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,19 +11,30 @@ import torch
 import triton
 import triton.language as tl
 
-from hw._topk_details.tile_scan import _atomic_slots, _exclusive_prefix, _row_columns, _row_entries, _scatter_view
+from hw._topk_details.tile_scan import (
+    _atomic_slots,
+    _exclusive_prefix,
+    _inclusive_prefix,
+    _row_columns,
+    _row_entries,
+    _scatter_view,
+)
 
 pytestmark = pytest.mark.interp
 
 
 @triton.jit
-def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+def _prefix_kernel(flags_ptr, out_ptr, cols_ptr, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
+                   INCLUSIVE: tl.constexpr = False):
     if THREADS == 0:
         cols = tl.arange(0, TILE)
     else:
         cols = _row_columns(0, TILE, THREADS, VEC)
     flags = tl.load(flags_ptr + cols)
-    before = _exclusive_prefix(flags, THREADS, VEC)
+    if INCLUSIVE:
+        before = _inclusive_prefix(flags, THREADS, VEC)
+    else:
+        before = _exclusive_prefix(flags, THREADS, VEC)
     tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(before, THREADS, VEC))
     tl.store(cols_ptr + tl.arange(0, TILE), cols)
 
@@ -55,15 +66,17 @@ def test_row_entries_invert_row_columns(tile, threads, vec, device):
 
 @pytest.mark.parametrize("tile,threads,vec", [(64, 0, 1), (64, 16, 1), (64, 4, 4), (256, 16, 4), (256, 64, 4),
                                               (512, 128, 1), (8192, 1024, 4)])
-def test_prefix_in_column_order(tile, threads, vec, device):
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_prefix_in_column_order(tile, threads, vec, inclusive, device):
     rng = np.random.default_rng(tile + threads + vec)
     for density in (0.05, 0.5, 1.0):
         flags = (rng.random(tile) < density).astype(np.int32)
         out = torch.full((tile,), -1, dtype=torch.int32, device=device)
         cols = torch.full((tile,), -1, dtype=torch.int32, device=device)
-        _prefix_kernel[(1,)](torch.from_numpy(flags).to(device), out, cols, TILE=tile, THREADS=threads, VEC=vec)
+        _prefix_kernel[(1,)](torch.from_numpy(flags).to(device), out, cols, TILE=tile, THREADS=threads, VEC=vec,
+                             INCLUSIVE=inclusive)
         assert sorted(cols.tolist()) == list(range(tile))   # every column once
-        np.testing.assert_array_equal(out.cpu().numpy(), np.cumsum(flags) - flags)
+        np.testing.assert_array_equal(out.cpu().numpy(), np.cumsum(flags) - (0 if inclusive else flags))
 
 
 @pytest.mark.parametrize("tile,threads,vec", [(64, 16, 1), (64, 4, 4), (256, 64, 4), (4096, 256, 4), (8192, 1024, 4)])
