@@ -11,7 +11,14 @@ from __future__ import annotations
 import torch
 import triton
 
-from ._quant_details import BLOCK_T, QUANT_INTERPRETER_BLOCK_T, QUANT_WARPS, codecs
+from ._quant_details import (
+    BLOCK_T,
+    Q_MXFP4_WIDE_BLOCK_T,
+    Q_MXFP4_WIDE_ROWS,
+    QUANT_INTERPRETER_BLOCK_T,
+    QUANT_WARPS,
+    codecs,
+)
 from ._quant_details.kernels import (
     k_quant_cache_fp8_kernel,
     k_quant_cache_mxfp4_kernel,
@@ -45,9 +52,12 @@ COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' 
 
 
 
-def _rows_per_program() -> int:
-    """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation)."""
-    return QUANT_INTERPRETER_BLOCK_T if kernels_interpreted(q_quant_mxfp4_kernel) else BLOCK_T
+def _rows_per_program(q_mxfp4_rows: int = 0) -> int:
+    """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation); for the
+    MXFP4 q quantizer's launch of q_mxfp4_rows rows, Q_MXFP4_WIDE_BLOCK_T from Q_MXFP4_WIDE_ROWS rows."""
+    if kernels_interpreted(q_quant_mxfp4_kernel):
+        return QUANT_INTERPRETER_BLOCK_T
+    return Q_MXFP4_WIDE_BLOCK_T if q_mxfp4_rows >= Q_MXFP4_WIDE_ROWS else BLOCK_T
 
 
 def _hw_e4m3(device: torch.device, kernel) -> bool:
@@ -165,7 +175,7 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) ->
     codes = torch.empty(*q.shape[:-1], head_dim // 2, dtype=torch.uint8, device=q.device)
     scales = torch.empty(*q.shape[:-1], head_dim // MX_BLOCK, dtype=torch.uint8, device=q.device)
     if rows.shape[0]:
-        block_t = _rows_per_program()
+        block_t = _rows_per_program(q_mxfp4_rows=rows.shape[0])
         q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, codes, scales, rows.shape[0], *rows.stride(),
             D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=block_t,

@@ -14,6 +14,11 @@ from .codecs import RULE_RCEIL
 from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_quant_fp8_kernel, q_quant_mxfp4_kernel
 
 BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
+#: the MXFP4 q quantizer takes Q_MXFP4_WIDE_BLOCK_T rows a program from Q_MXFP4_WIDE_ROWS rows (a prefill's
+#: (token, head) pairs): fewer, longer programs there; BLOCK_T below (a decode step's rows), where more programs
+#: win (docs/perf/h200-prefill-ablation.md, "Rows per program of the q quantizers")
+Q_MXFP4_WIDE_BLOCK_T = 32
+Q_MXFP4_WIDE_ROWS = 32768
 QUANT_INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
 QUANT_WARPS = 4
 
@@ -43,10 +48,11 @@ def _writer_spec(layout: str, head_dim: int, page_size: int, hw_e4m3: bool = Fal
                        aligned=("cache_ptr", "page_stride"))
 
 
-def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False) -> CompileSpec:
-    d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": BLOCK_T}
+def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False, block_t: int = BLOCK_T) -> CompileSpec:
+    d = {"D": head_dim, "D_PAD": triton.next_power_of_2(head_dim), "BLOCK_T": block_t}
     if kv_dtype == "mxfp4":
-        return CompileSpec(label=f"q_quant/mxfp4/D{head_dim}", fn=q_quant_mxfp4_kernel,
+        label = f"q_quant/mxfp4/D{head_dim}" + ("" if block_t == BLOCK_T else f"/rows{block_t}")
+        return CompileSpec(label=label, fn=q_quant_mxfp4_kernel,
                            types={"q_ptr": "*bf16", "codes_ptr": "*u8", "scales_ptr": "*u8"},
                            constexprs=d | {"RULE": RULE_RCEIL.value}, num_warps=QUANT_WARPS,
                            aligned=("codes_ptr", "scales_ptr"))
@@ -55,12 +61,13 @@ def _q_spec(kv_dtype: str, head_dim: int, hw_e4m3: bool = False) -> CompileSpec:
                        constexprs=d | {"HW_E4M3": hw_e4m3}, num_warps=QUANT_WARPS, aligned=("values_ptr", "w_out_ptr"))
 
 
-# Every layout at the serving shape (D = 128, P = 64), the small head dims that exercise other tile widths, and
-# a non-power-of-two D (padded tiles); the FP8 kernels with each target's E4M3 encoder.
+# Every layout at the serving shape (D = 128, P = 64; the MXFP4 q quantizer also with a prefill's rows per program),
+# the small head dims that exercise other tile widths, and a non-power-of-two D (padded tiles); the FP8 kernels with
+# each target's E4M3 encoder.
 ISA_SPECS = (
     *(_writer_spec("fp8", d, p, hw) for d, p in ((128, 64), (32, 16)) for hw in (False, True)),
     _writer_spec("mxfp4", 128, 64), _writer_spec("mxfp4", 64, 16), _writer_spec("mxfp4", 32, 64),
     _writer_spec("mxfp4", 96, 32), _writer_spec("mxfp4_tiled", 128, 64), _writer_spec("mxfp4_tiled", 256, 16),
-    _q_spec("mxfp4", 128), _q_spec("mxfp4", 32),
+    _q_spec("mxfp4", 128), _q_spec("mxfp4", 128, block_t=Q_MXFP4_WIDE_BLOCK_T), _q_spec("mxfp4", 32),
     *(_q_spec("fp8", d, hw) for d in (128, 64) for hw in (False, True)),
 )
