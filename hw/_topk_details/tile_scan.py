@@ -36,10 +36,12 @@ def _row_entries(TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: tl.constexpr):
+def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: tl.constexpr, counter=None):
     """Prefix sums of the int32 1-D tile `flags` in column order: tile order when THREADS is 0, else _row_columns'
     order (the sums of each thread's entries, scanned across the threads, then within the thread). Exclusive (the
-    flags before each entry), or INCLUSIVE (a 0/1 tile's flagged entries then hold their 1-based ranks)."""
+    flags before each entry), or INCLUSIVE (a 0/1 tile's flagged entries then hold their 1-based ranks). With a
+    `counter` (THREADS > 0; _atomic_slots) each thread's run starts where its atomic add lands instead of after the
+    threads before it."""
     if THREADS == 0:
         within = tl.cumsum(flags, 0)
         if INCLUSIVE:
@@ -52,7 +54,12 @@ def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: t
         f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
         per_rep = tl.sum(f, 2)
         per_thread = tl.sum(per_rep, 0)
-        before = tl.reshape(tl.cumsum(per_thread, 0) - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+        if counter is None:
+            first = tl.cumsum(per_thread, 0) - per_thread
+        else:
+            first = tl.atomic_add(counter + per_thread * 0, per_thread, mask=per_thread > 0, sem="relaxed",
+                                  scope="cta")
+        before = tl.reshape(first, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
         if VEC == 1:
             if INCLUSIVE:
                 return tl.reshape(before, [TILE]) + flags
@@ -85,14 +92,7 @@ def _atomic_slots(flags, counter, THREADS: tl.constexpr, VEC: tl.constexpr):
     at `counter` (0 before the call, seen by every thread of the program; program-local: CTA scope), so the threads'
     runs come in the order of their adds, which may change from launch to launch. For tiles whose consumer only
     counts (no scan across the threads: docs/perf/h200-topk.md, "Candidates compacted by one atomic add a thread")."""
-    TILE: tl.constexpr = flags.shape[0]
-    REP: tl.constexpr = TILE // (VEC * THREADS)
-    f = tl.reshape(flags, [REP, THREADS, VEC])     # [rep, t, v]: the tile's own layout, no data moved
-    per_rep = tl.sum(f, 2)
-    per_thread = tl.sum(per_rep, 0)
-    first = tl.atomic_add(counter + per_thread * 0, per_thread, mask=per_thread > 0, sem="relaxed", scope="cta")
-    before = tl.reshape(first, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
-    return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+    return _column_prefix(flags, THREADS, VEC, False, counter)
 
 
 @triton.jit
