@@ -7,7 +7,7 @@ import functools
 
 from ..targets import Op, Target, Variant, sm_count
 from . import column_order, radix_fast
-from .radix_fast import ISA_SHAPES, ISA_TARGETS, MANY_ROWS_PER_SM, FastTiling, fast_tiling
+from .radix_fast import ISA_SHAPES, ISA_TARGETS, MANY_ROWS_PER_SM, FastTiling
 from .variants import TopKCall
 
 #: the on-chip column-order kernel's candidate tile: since the secant rounds on the row, 128 is faster than 512 and
@@ -58,25 +58,22 @@ def _settings(target: Target, call) -> FastTiling:
     rows, width = call.logits.shape
     radix_fast.check_width(width)
     gpu = call.logits.is_cuda and target is not Target.INTERPRETER
-    return _tiling(width, call.k, target is Target.NVIDIA, rows, sm_count(call.logits.device) if gpu else 0,
-                   call.sorted, target.lanes)
+    return _tiling(target, width, call.k, rows, sm_count(call.logits.device) if gpu else 0, call.sorted)
 
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
-def _tiling(width: int, k: int, nvidia: bool, rows: int, sms: int, by_value: bool, lanes: int) -> FastTiling:
-    """The launch constants on NVIDIA (`nvidia`: PDL, register caps) or AMD, for `rows` rows on `sms` SMs (0: not
-    known), sorted (`by_value`) or in column order, warps of `lanes` threads."""
-    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms, register_cap=nvidia),
-                                 lanes=lanes)
-    return tiling if by_value else _in_columns(tiling, width, rows, sms, nvidia)
+def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: bool) -> FastTiling:
+    """The launch constants on `target` (NVIDIA or AMD) for `rows` rows on `sms` SMs (0: not known), sorted
+    (`by_value`) or in column order."""
+    tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
+    return tiling if by_value else _in_columns(tiling, width, rows, sms, target is Target.NVIDIA)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:
     """The column-order kernels a launch on `target` ("sm90" or "gfx950") takes for rows of `width` columns at k,
     with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, else one)."""
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
-    where = Target.of_isa(target)
-    tiling = _tiling(width, k, where is Target.NVIDIA, MANY_ROWS_PER_SM if many_rows else 0, 1, False, where.lanes)
+    tiling = _tiling(Target.of_isa(target), width, k, MANY_ROWS_PER_SM if many_rows else 0, 1, False)
     return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
 

@@ -165,6 +165,14 @@ def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int =
                       num_warps=LONG_NUM_WARPS, pdl=pdl)
 
 
+def target_tiling(target: Target, width: int, k: int, rows: int = 0, sms: int = 0) -> FastTiling:
+    """fast_tiling as `target` (NVIDIA or AMD) launches it: PDL and the register cap on NVIDIA only, warps of the
+    target's lanes."""
+    nvidia = target is Target.NVIDIA
+    return dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms, register_cap=nvidia),
+                               lanes=target.lanes)
+
+
 @dataclass(frozen=True)
 class Ordering:
     """Constexprs of _order_kernel for one launch."""
@@ -1111,11 +1119,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
     """The kernels the sorted form launches on `target` (one of ISA_TARGETS) for rows of `width` columns at k, as
     CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more (the register cap and
     programmatic dependent launch are NVIDIA's)."""
-    assert target in ISA_TARGETS, target
-    where = Target.of_isa(target)
-    nvidia = where is Target.NVIDIA
-    tiling = dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1,
-                                             register_cap=nvidia), lanes=where.lanes)
+    tiling = target_tiling(Target.of_isa(target), width, k, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
     label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)

@@ -316,7 +316,7 @@ def test_column_order_programs_per_sm():
     sms = 132
 
     def tiling(rows, width=8192, sms=sms, by_value=False, nvidia=True):
-        return topk_fast._tiling(width, 2048, nvidia, rows, sms, by_value, 32 if nvidia else 64)
+        return topk_fast._tiling(Target.NVIDIA if nvidia else Target.AMD, width, 2048, rows, sms, by_value)
 
     assert (tiling(64).maxnreg, tiling(64).tiers) == (tiling(sms).maxnreg, tiling(sms).tiers) == (None, 1)
     # one program a row: COLUMNS_WIDE_TILE_WARPS on the widest tiles, radix_fast's warps on narrower ones and AMD
@@ -530,7 +530,7 @@ def test_column_order_with_amd_many_rows_constants(device):
     narrower tiles do not reach). Rows in both tiers, ragged starts, a short row written directly; the oracle's
     selection in column order."""
     cus = 4
-    tiling = topk_fast._tiling(8192, 100, False, 3 * cus, cus, False, Target.AMD.lanes)
+    tiling = topk_fast._tiling(Target.AMD, 8192, 100, 3 * cus, cus, False)
     assert (tiling.tiers, tiling.maxnreg) == (topk_fast.COLUMNS_SHARED_TIERS, None)
     assert column_order.row_layout(tiling, 8192, 2, True) == {"THREADS": 1024, "VEC": 4}
     k = 100
@@ -848,7 +848,7 @@ def test_isa_specs_are_the_launched_kernels(target: Target, monkeypatch):
         for sorted_ in (True, False):
             call = TopKCall(logits, lengths, lengths if has_starts else None,
                             torch.empty((rows, k), dtype=torch.int32), sorted_)
-            topk_fast._launch(call, topk_fast._tiling(width, k, nvidia, rows, sms, sorted_, target.lanes))
+            topk_fast._launch(call, topk_fast._tiling(target, width, k, rows, sms, sorted_))
 
     def matches(spec, fn, kw):
         return (spec.fn is fn and spec.num_warps == kw["num_warps"] and spec.maxnreg == kw.get("maxnreg")
