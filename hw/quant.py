@@ -14,6 +14,7 @@ import triton
 from ._quant_details import (
     BLOCK_T,
     Q_MXFP4_WIDE_BLOCK_T,
+    Q_MXFP4_WIDE_MAX_D,
     Q_MXFP4_WIDE_ROWS,
     QUANT_INTERPRETER_BLOCK_T,
     QUANT_WARPS,
@@ -52,12 +53,16 @@ COLUMN_OFFSETS = "column offsets (element index * stride(-1))"   # the kernels' 
 
 
 
-def _rows_per_program(q_mxfp4_rows: int = 0) -> int:
-    """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation); for the
-    MXFP4 q quantizer's launch of q_mxfp4_rows rows, Q_MXFP4_WIDE_BLOCK_T from Q_MXFP4_WIDE_ROWS rows."""
+def _rows_per_program(q_mxfp4_rows: torch.Tensor | None = None) -> int:
+    """BLOCK_T of these kernels: many more rows per program in the CPU interpreter (it pays per operation). For the
+    MXFP4 q quantizer's rows `q_mxfp4_rows` (2-D, elements of a row `stride(1)` apart), Q_MXFP4_WIDE_BLOCK_T from
+    Q_MXFP4_WIDE_ROWS rows of at most Q_MXFP4_WIDE_MAX_D unit-stride elements: the launches where it was measured
+    faster; BLOCK_T otherwise."""
     if kernels_interpreted(q_quant_mxfp4_kernel):
         return QUANT_INTERPRETER_BLOCK_T
-    return Q_MXFP4_WIDE_BLOCK_T if q_mxfp4_rows >= Q_MXFP4_WIDE_ROWS else BLOCK_T
+    wide = (q_mxfp4_rows is not None and q_mxfp4_rows.shape[0] >= Q_MXFP4_WIDE_ROWS
+            and q_mxfp4_rows.shape[1] <= Q_MXFP4_WIDE_MAX_D and q_mxfp4_rows.stride(1) == 1)
+    return Q_MXFP4_WIDE_BLOCK_T if wide else BLOCK_T
 
 
 def _hw_e4m3(device: torch.device, kernel) -> bool:
@@ -175,7 +180,7 @@ def quantize_q_mxfp4(q: torch.Tensor, scale_rule: str = CANONICAL_SCALE_RULE) ->
     codes = torch.empty(*q.shape[:-1], head_dim // 2, dtype=torch.uint8, device=q.device)
     scales = torch.empty(*q.shape[:-1], head_dim // MX_BLOCK, dtype=torch.uint8, device=q.device)
     if rows.shape[0]:
-        block_t = _rows_per_program(q_mxfp4_rows=rows.shape[0])
+        block_t = _rows_per_program(rows)
         q_quant_mxfp4_kernel[(triton.cdiv(rows.shape[0], block_t),)](
             rows, codes, scales, rows.shape[0], *rows.stride(),
             D=head_dim, D_PAD=triton.next_power_of_2(head_dim), RULE=rule, BLOCK_T=block_t,

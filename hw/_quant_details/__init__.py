@@ -15,10 +15,12 @@ from .kernels import k_quant_cache_fp8_kernel, k_quant_cache_mxfp4_kernel, q_qua
 
 BLOCK_T = 16     # rows (tokens, or (token, head) pairs) per program on a GPU
 #: the MXFP4 q quantizer takes Q_MXFP4_WIDE_BLOCK_T rows a program from Q_MXFP4_WIDE_ROWS rows (a prefill's
-#: (token, head) pairs): fewer, longer programs there; BLOCK_T below (a decode step's rows), where more programs
-#: win (docs/perf/h200-prefill-ablation.md, "Rows per program of the q quantizers")
+#: (token, head) pairs) of at most Q_MXFP4_WIDE_MAX_D unit-stride elements: fewer, longer programs there; BLOCK_T
+#: below (a decode step's rows), where more programs win, and for wider or strided rows, not measured
+#: (docs/perf/h200-prefill-ablation.md, "Rows per program of the q quantizers")
 Q_MXFP4_WIDE_BLOCK_T = 32
 Q_MXFP4_WIDE_ROWS = 32768
+Q_MXFP4_WIDE_MAX_D = 128
 QUANT_INTERPRETER_BLOCK_T = 1024   # in the CPU interpreter, which pays per Triton operation rather than per row
 QUANT_WARPS = 4
 

@@ -454,8 +454,8 @@ _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
-    """The column-order kernels of one launch (the long path's first three are the sorted form's, listed by
-    radix_fast.isa_specs)."""
+    """The column-order kernels of one launch (the long path's group maxima and tau are the sorted form's, listed
+    by radix_fast.isa_specs)."""
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:

@@ -63,8 +63,8 @@ def _settings(target: Target, call) -> FastTiling:
 
 @functools.lru_cache(maxsize=1024)   # a pure function of a few ints, asked on every launch (host time)
 def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: bool) -> FastTiling:
-    """The launch constants on `target` (NVIDIA or AMD) for `rows` rows on `sms` SMs (0: not known), sorted
-    (`by_value`) or in column order."""
+    """The launch constants on `target` (NVIDIA, AMD or the interpreter) for `rows` rows on `sms` SMs (0: not
+    known), sorted (`by_value`) or in column order."""
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
     return tiling if by_value else _in_columns(tiling, width, rows, sms, target is Target.NVIDIA)
 

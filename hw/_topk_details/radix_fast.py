@@ -166,8 +166,8 @@ def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int =
 
 
 def target_tiling(target: Target, width: int, k: int, rows: int = 0, sms: int = 0) -> FastTiling:
-    """fast_tiling as `target` (NVIDIA or AMD) launches it: PDL and the register cap on NVIDIA only, warps of the
-    target's lanes."""
+    """fast_tiling as `target` (NVIDIA, AMD or the interpreter) launches it: PDL and the register cap on NVIDIA only,
+    warps of the target's lanes."""
     nvidia = target is Target.NVIDIA
     return dataclasses.replace(fast_tiling(width, k, pdl=nvidia, rows=rows, sms=sms, register_cap=nvidia),
                                lanes=target.lanes)

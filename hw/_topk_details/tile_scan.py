@@ -42,6 +42,7 @@ def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: t
     flags before each entry), or INCLUSIVE (a 0/1 tile's flagged entries then hold their 1-based ranks). With a
     `counter` (THREADS > 0; _atomic_slots) each thread's run starts where its atomic add lands instead of after the
     threads before it."""
+    tl.static_assert((counter is None) or (THREADS > 0), "atomic slots need _row_columns' threads")
     if THREADS == 0:
         within = tl.cumsum(flags, 0)
         if INCLUSIVE:

@@ -187,6 +187,37 @@ def test_quantize_q_mxfp4_strided_rows(device):
     assert_exact(scales.cpu().numpy(), want_scales, "scales")
 
 
+def test_q_mxfp4_rows_per_program_rule(monkeypatch):
+    """On a GPU the MXFP4 q quantizer takes Q_MXFP4_WIDE_BLOCK_T rows a program from Q_MXFP4_WIDE_ROWS rows of at
+    most Q_MXFP4_WIDE_MAX_D unit-stride elements, BLOCK_T otherwise; the interpreter its own block."""
+    import hw.quant as hq
+    monkeypatch.setattr(hq, "kernels_interpreted", lambda kernel: False)
+    n = hq.Q_MXFP4_WIDE_ROWS
+    wide = torch.empty(n, 128)
+    assert hq._rows_per_program(wide) == hq.Q_MXFP4_WIDE_BLOCK_T != hq.BLOCK_T
+    assert hq._rows_per_program(torch.empty(n - 1, 128)) == hq.BLOCK_T
+    assert hq._rows_per_program(torch.empty(n, 256)) == hq.BLOCK_T
+    assert hq._rows_per_program(torch.empty(n, 256)[:, ::2]) == hq.BLOCK_T   # 128 elements, stride 2
+    assert hq._rows_per_program() == hq.BLOCK_T
+    monkeypatch.setattr(hq, "kernels_interpreted", lambda kernel: True)
+    assert hq._rows_per_program(wide) == hq.QUANT_INTERPRETER_BLOCK_T
+
+
+def test_quantize_q_mxfp4_wide_programs(device, monkeypatch):
+    """Q_MXFP4_WIDE_BLOCK_T rows a program (lowered to 33 rows here; forced under the interpreter), a partial last
+    program among them: the same bytes as sim."""
+    import hw.quant as hq
+    monkeypatch.setattr(hq, "Q_MXFP4_WIDE_ROWS", 33)
+    monkeypatch.setattr(hq, "kernels_interpreted", lambda kernel: False)
+    rng = np.random.default_rng(11)
+    q = hostile_input(rng, 3 * hq.Q_MXFP4_WIDE_BLOCK_T + 5, 128, "bf16").reshape(-1, 1, 128)
+    assert hq._rows_per_program(q.view(-1, 128)) == hq.Q_MXFP4_WIDE_BLOCK_T
+    codes, scales = hw.quantize_q_mxfp4(q.to(device))
+    want_codes, want_scales = sim.mxfp4.quantize(sim_input(q))
+    assert_exact(scales.cpu().numpy(), want_scales, "scales")
+    assert_exact(codes.cpu().numpy(), want_codes, "codes")
+
+
 def test_quantize_q_empty(device):
     codes, scales = hw.quantize_q_mxfp4(torch.zeros(0, 4, 64, device=device))
     assert codes.shape == (0, 4, 32) and scales.shape == (0, 4, 2)
