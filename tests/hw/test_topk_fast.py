@@ -673,8 +673,9 @@ def test_column_order_row_tile_layouts(lanes: int, device):
 def test_column_order_store_forms(width: int, device):
     """The on-chip store in both forms: a row tile of 8192 columns stores its selection scattered from the tile,
     tiles of up to column_order._GATHERED_STORE_MAX_TILE gather the places into column order first (16-byte rows);
-    rows one column off 16-byte alignment store scattered at either width. N(0, 1), ReLU-degenerate and tied rows,
-    full and shortened: the oracle's selection in column order."""
+    rows one column off 16-byte alignment store scattered at either width. N(0, 1) rows (their terminal states take
+    every key >= lo: the one-prefix store), ReLU-degenerate and tied rows (ties cut at the threshold: the two-rank
+    store), full and shortened: the oracle's selection in column order."""
     k = 2048
     rng = np.random.default_rng(width)
     x = rng.standard_normal((4, width + 1)).astype(np.float32)
