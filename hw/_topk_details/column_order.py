@@ -124,6 +124,14 @@ def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS:
 
 
 @triton.jit
+def _store_places_gathered(place, base, out_row, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """Column base + c to out_row[place] for each column c of a _row_columns tile whose place is >= 0 (-1: not
+    selected), the places first gathered into column order."""
+    at = tl.gather(place, _row_entries(TILE, THREADS, VEC), 0)
+    tl.store(out_row + at, base + tl.arange(0, TILE), mask=at >= 0)
+
+
+@triton.jit
 def _store_gathered(key, base, lo, hi, need, out_row, TILE: tl.constexpr, THREADS: tl.constexpr,
                     VEC: tl.constexpr):
     """_store_columns of a whole row held in a _row_columns tile from column `base`, the places first gathered into
@@ -135,8 +143,7 @@ def _store_gathered(key, base, lo, hi, need, out_row, TILE: tl.constexpr, THREAD
     inside_rank = ranks & _RANK_MASK
     place = tl.where(is_above | (inside & (inside_rank < need)), (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need),
                      -1)
-    at = tl.gather(place, _row_entries(TILE, THREADS, VEC), 0)
-    tl.store(out_row + at, base + tl.arange(0, TILE), mask=at >= 0)
+    _store_places_gathered(place, base, out_row, TILE, THREADS, VEC)
 
 
 @triton.jit
@@ -154,8 +161,7 @@ def _store_gathered_from(key, base, lo, out_row, TILE: tl.constexpr, THREADS: tl
     """_store_gathered when every key >= lo is selected (ge_lo == k_eff)."""
     take = key >= lo.to(tl.uint32)
     place = tl.where(take, _exclusive_prefix(take.to(tl.int32), THREADS, VEC), -1)
-    at = tl.gather(place, _row_entries(TILE, THREADS, VEC), 0)
-    tl.store(out_row + at, base + tl.arange(0, TILE), mask=at >= 0)
+    _store_places_gathered(place, base, out_row, TILE, THREADS, VEC)
 
 
 @triton.jit
