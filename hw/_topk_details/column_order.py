@@ -193,10 +193,10 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
-    total, squares = _moments(x, visible)
+    total, squares = _moments(x, visible, True)
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
-                                          SPREAD)
+                                          SPREAD, True)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         # the tile rounds only count: slots in any order, no scan across the threads

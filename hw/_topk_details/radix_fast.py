@@ -331,10 +331,15 @@ def _sums(a, squares_a, b, squares_b):
 
 
 @triton.jit
-def _moments(x, visible):
-    """(sum, sum of squares) of the fp32 tile `x` where `visible`, in one reduction: _normal_guess's fit of a row."""
+def _moments(x, visible, JOINED: tl.constexpr):
+    """(sum, sum of squares) of the fp32 tile `x` where `visible`, in one reduction: _normal_guess's fit of a row.
+    JOINED: as the built-in sum of a two-column tile (tl.join), else a reduction of two operands (_narrow_on_row's
+    JOINED says where each is faster)."""
     v = tl.where(visible, x, 0.0)
-    return tl.reduce((v, v * v), 0, _sums)
+    if JOINED:
+        return tl.split(tl.sum(tl.join(v, v * v), 0))
+    else:
+        return tl.reduce((v, v * v), 0, _sums)
 
 
 @triton.jit
@@ -378,7 +383,7 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
-                   SLACK: tl.constexpr, SPREAD: tl.constexpr):
+                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1; their values'
     _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
     (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
@@ -395,9 +400,19 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
     key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above its
     probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
-    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place)."""
-    lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
-    hi = tl.max(key, 0).to(tl.int64)
+    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place).
+
+    JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of key and of ~key,
+    tl.join) instead of a min and a max, as _moments then: faster in the column-order row kernel on the H200 (at
+    all but one shape measured), slower in _tau_kernel and the sorted form (docs/perf/h200-topk.md, "The row's ends
+    and moments as two-column reductions")."""
+    if JOINED:
+        hi_key, not_lo = tl.split(tl.max(tl.join(key, tl.where(visible, ~key, 0)), 0))
+        lo = (~not_lo).to(tl.int64)
+        hi = hi_key.to(tl.int64)
+    else:
+        lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
+        hi = tl.max(key, 0).to(tl.int64)
     ge_lo = n
     above = n * 0
     check = (lo == _SIGN_BIT).to(tl.int32)
@@ -642,10 +657,10 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=visible, other=0.0)
-    total, squares = _moments(x, visible)
+    total, squares = _moments(x, visible, False)
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
-                                          SECANT_ROUNDS, 0, 0)
+                                          SECANT_ROUNDS, 0, 0, False)
     direct = (ge_lo - above > CAP).to(tl.int32)   # terminal with more than CAP inside: select them right here
     bucketed = direct * 0
     if COUNT_GROUP > 0:   # count_group: one-tile launches with a split ordering
@@ -782,9 +797,9 @@ def _tau_kernel(
     g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
-    total, squares = _moments(_key_value(gmax), gmax > 0)
+    total, squares = _moments(_key_value(gmax), gmax > 0, False)
     tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
-                                  CAP // _TAU_SLACK_DIV, 0)
+                                  CAP // _TAU_SLACK_DIV, 0, False)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
     lo = tl.where(groups_seen > k_eff + CAP // _TAU_SLACK_DIV, tau, 1)
     qualifies = gmax >= lo.to(tl.uint32)
