@@ -1,7 +1,8 @@
 """hw/_topk_details/radix_fast._normal_guess and _bracket_round, the first round on a whole row: the value a count
 target would reach under a normal fit of the row's values (and a bracket of keys of the fit about it), as keys
 clamped into [lo + 1, hi], or 0 (no guess) when the fit is not a finite number; the two probes counted in one
-reduction. The selection never depends on the probes (every top-k test covers that); these check that they are
+reduction; the row's least and largest keys and its moments (_narrow_on_row's start, _moments) in either form.
+The selection never depends on the probes (every top-k test covers that); these check that they are
 the probes they claim to be."""
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hw._topk_details.radix_fast import _bracket_round, _normal_guess
+from hw._topk_details.kernel import _order_key
+from hw._topk_details.radix_fast import _bracket_round, _moments, _narrow_on_row, _normal_guess
 
 pytestmark = pytest.mark.interp
 
@@ -48,7 +50,10 @@ def _guess(total, squares, target, n, bounds, device) -> int:
 
 
 def _key(value: float) -> int:
-    """The kernels' order key of a finite fp32 value: negative values' bits flipped, the sign bit set on the others."""
+    """The kernels' order key of an fp32 value: NaN 1, else negative values' bits flipped, the sign bit set on the
+    others."""
+    if math.isnan(value):
+        return 1
     bits = int(np.array([value + 0.0], dtype=np.float32).view(np.uint32)[0])   # + 0.0: -0.0 is +0.0
     return bits ^ 0xFFFFFFFF if bits >> 31 else bits | 0x80000000
 
@@ -159,3 +164,62 @@ def test_bracket_round_keeps_the_kth_key(k_eff, case, device):
     assert new_lo <= kth <= new_hi
     assert ge_lo == int((keys >= new_lo).sum()) >= k_eff
     assert above == int((keys > new_hi).sum()) < k_eff
+
+
+@triton.jit
+def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOINED: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    visible = tl.load(visible_ptr + tl.arange(0, N)) != 0
+    key = _order_key(x, visible)
+    n = tl.sum(visible.to(tl.int32), 0)
+    total, squares = _moments(x, visible, JOINED)
+    # CAP = N: no round runs, the state is the least and largest visible keys, n and 0
+    lo, hi, ge_lo, above = _narrow_on_row(key, visible, n, n * 0 + 1, total, squares, N, 8, 0, 0, JOINED)
+    tl.store(out_ptr, lo)
+    tl.store(out_ptr + 1, hi)
+    tl.store(out_ptr + 2, ge_lo.to(tl.int64))
+    tl.store(out_ptr + 3, above.to(tl.int64))
+    tl.store(moments_ptr, total)
+    tl.store(moments_ptr + 1, squares)
+
+
+@pytest.mark.parametrize("joined", [False, True])
+@pytest.mark.parametrize("case", ["normal", "extremes", "one visible", "nan and infinities", "negative zero"])
+def test_row_ends_and_moments(case, joined, device):
+    """The least and largest visible keys (invisible entries hold values beyond both) and the visible values' sum and
+    sum of squares, in both forms (JOINED: two-column reductions), against NumPy."""
+    rng = np.random.default_rng(len(case))
+    x = rng.standard_normal(256).astype(np.float32)
+    visible = rng.random(256) < 0.7
+    if case == "extremes":
+        x[:4] = [np.finfo(np.float32).max, -np.finfo(np.float32).max, np.finfo(np.float32).tiny, -1e-45]
+        visible[:4] = True
+    elif case == "one visible":
+        visible[:] = False
+        visible[77] = True
+    elif case == "nan and infinities":
+        x[:3] = [np.nan, np.inf, -np.inf]
+        visible[:3] = True
+    elif case == "negative zero":
+        x[:] = -0.0
+        x[5] = 0.0
+    x[~visible] = np.where(rng.random(int((~visible).sum())) < 0.5, np.inf, np.nan)   # must not count
+    out = torch.zeros(4, dtype=torch.int64, device=device)
+    moments = torch.zeros(2, dtype=torch.float32, device=device)
+    _start_kernel[(1,)](torch.tensor(x, device=device), torch.tensor(visible.astype(np.int32), device=device), out,
+                        moments, N=256, JOINED=joined)
+    lo, hi, ge_lo, above = out.tolist()
+    keys = [_key(v) for v in x[visible]]
+    assert (lo, hi, ge_lo, above) == (min(keys), max(keys), int(visible.sum()), 0)
+    v = x[visible].astype(np.float64)
+    total, squares = moments.tolist()
+    if np.isfinite(v).all():
+        assert math.isclose(total, v.sum(), rel_tol=1e-5, abs_tol=1e-4 * np.abs(v).sum())
+        expected = (v * v).sum()
+        if expected > np.finfo(np.float32).max:   # FLT_MAX squared: fp32 overflows
+            assert squares == math.inf
+        else:
+            assert math.isclose(squares, expected, rel_tol=1e-5)
+    else:
+        assert math.isnan(total) and math.isnan(squares)
+
