@@ -402,10 +402,10 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
     (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place).
 
-    JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of key and of ~key,
-    tl.join) instead of a min and a max, as _moments then: faster in the column-order row kernel on the H200 (at
-    all but one shape measured), slower in _tau_kernel and the sorted form (docs/perf/h200-topk.md, "The row's ends
-    and moments as two-column reductions")."""
+    JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of the keys and of
+    the visible keys' complements, tl.join) instead of a min and a max, as _moments then: faster in the column-order
+    row kernel on the H200, not in _tau_kernel or the sorted form's row kernel (docs/perf/h200-topk.md, "The row's
+    ends and moments as two-column reductions")."""
     if JOINED:
         hi_key, not_lo = tl.split(tl.max(tl.join(key, tl.where(visible, ~key, 0)), 0))
         lo = (~not_lo).to(tl.int64)
