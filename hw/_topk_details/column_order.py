@@ -193,7 +193,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
-    # JOINED (True): the ends and moments as two-column reductions, faster here (not in tau or the sorted form)
+    # JOINED (True): the ends and moments as two-column reductions (_narrow_on_row says why here only)
     total, squares = _moments(x, visible, True)
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
