@@ -16,6 +16,9 @@ from .timing import eager_time_us, graph_time_us, queued_time_us
 
 COPY_BYTES = 1 << 30   # 1 GiB, far past the 60 MB L2
 MATMUL_N = 8192
+SPIN_CYCLES = 200_000  # the clock probe's spin: 0.1 ms at 2 GHz
+#: a run whose measured SM clock is below this fraction of the card's maximum is flagged as throttled
+THROTTLED_BELOW = 0.75
 
 
 def copy_GBps(inner: int, replays: int) -> dict:
@@ -45,13 +48,47 @@ def _bf16_TFLOPs(replays: int) -> float:
     return 2 * MATMUL_N**3 / graph_time_us([lambda: a @ b], inner=2, replays=replays) / 1e6
 
 
+def sm_clock_MHz() -> float:
+    """The SM clock the GPU runs at now, measured: SPIN_CYCLES cycles of `torch.cuda._sleep` (a kernel spinning on
+    the SM's cycle counter) timed back to back with the GPU kept busy."""
+    import torch
+
+    return SPIN_CYCLES / eager_time_us(lambda: torch.cuda._sleep(SPIN_CYCLES), iters=20)
+
+
+def max_sm_clock_MHz() -> float | None:
+    """The card's maximum SM clock as NVML reports it; None where NVML (nvidia-ml-py) is not installed or does
+    not answer (AMD, no driver library)."""
+    try:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:   # an optional report: any failure of the library means no figure
+        return None
+
+
+def throttle_warning(clocks_MHz: list[float], max_MHz: float | None) -> str | None:
+    """A warning when a measured SM clock is below THROTTLED_BELOW of the card's maximum (a power or heat limit, a
+    clock cap): such a run's timings do not represent the card. None when the clocks are fine or the maximum is
+    not known."""
+    if not max_MHz or min(clocks_MHz) >= THROTTLED_BELOW * max_MHz:
+        return None
+    return (f"warning: the SM clock measured {' / '.join(f'{c:.0f}' for c in clocks_MHz)} MHz (start / end of the "
+            f"run), {min(clocks_MHz) / max_MHz:.0%} of this card's {max_MHz:.0f} MHz: the GPU is throttled (power, "
+            "heat or a clock cap; `nvidia-smi -q -d PERFORMANCE` says which), so these timings do not represent it")
+
+
 def _ceilings(inner: int, replays: int) -> dict:
-    """The machine's ceilings measured in this run: copy bandwidth and the bf16 matmul rate."""
+    """The machine's ceilings measured in this run: copy bandwidth, the bf16 matmul rate, the SM clock it ran at
+    (measured after them) and the card's maximum SM clock (None where NVML does not say)."""
     import torch
 
     out = copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
-    return out
+    return out | {"sm_clock_MHz": sm_clock_MHz(), "sm_clock_max_MHz": max_sm_clock_MHz()}
 
 
 def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
@@ -347,9 +384,17 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
                    err=True)
         topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k, inner=3,
                                replays=replays, causal=True, sorted=by_value))
+    ceil["sm_clock_end_MHz"] = sm_clock_MHz()
+    clocks = [ceil["sm_clock_MHz"], ceil["sm_clock_end_MHz"]]
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
+    top = "" if ceil["sm_clock_max_MHz"] is None else f" of {ceil['sm_clock_max_MHz']:.0f}"
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
-               f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s")
+               f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s, SM clock {clocks[0]:.0f} / {clocks[1]:.0f}{top} MHz "
+               "(start / end)")
+    warning = throttle_warning(clocks, ceil["sm_clock_max_MHz"])
+    if warning:
+        click.echo(warning)
+        click.echo(warning, err=True)
     click.echo(f"decode B{batch}/N{next_n}/H{heads}/D{head_dim}/ctx {context}/page {page_size}:")
     click.echo(_table(decode, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
                                ("MB moved", "MB_moved", ".2f"), ("GB/s", "GBps", ".0f"),
@@ -379,6 +424,6 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": name, "shape": shape, "ceilings": ceil, "decode": decode, "decode_step": step,
-                       "prefill": prefill, "hook_prefill": hook_prefill, "topk": topk,
+                       "prefill": prefill, "hook_prefill": hook_prefill, "topk": topk, "throttle_warning": warning,
                        "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__}},
                       f, indent=2)

@@ -62,10 +62,12 @@ def test_inputs_pass_the_variant_and_settings(device):
 
 
 
-def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
+@pytest.mark.parametrize("clocks", [(1980.0, 1975.0), (283.0, 290.0)], ids=["full clock", "throttled"])
+def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path, clocks):
     """The orchestration, with the GPU timings replaced by stand-ins: every decode / prefill / top-k variant of
     the GPU target is timed, the decode step, prefill at both sizes, the hook's prefill, top-k at both widths and
-    over the hook's prefill rows; the JSON has them."""
+    over the hook's prefill rows; the JSON has them, and the SM clocks at the run's start and end, with a warning
+    when they are far below the card's maximum."""
     import json
 
     from hw.targets import Op, Target
@@ -77,7 +79,9 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     monkeypatch.setattr(cmd_bench, "choose_device", lambda device: device)
     monkeypatch.setattr("hw.logits.scorer_target", lambda device: Target.NVIDIA)
     monkeypatch.setattr(cmd_bench, "_ceilings", lambda **kw: {"copy_GBps": 4000.0, "copy_ways_GBps": {"eager": 4000.0},
-                                                              "bf16_TFLOPs": 700.0})
+                                                              "bf16_TFLOPs": 700.0, "sm_clock_MHz": clocks[0],
+                                                              "sm_clock_max_MHz": 1980.0})
+    monkeypatch.setattr(cmd_bench, "sm_clock_MHz", lambda: clocks[1])
     monkeypatch.setattr(cmd_bench, "decode_case", lambda kv_dtype, **kw: {
         "format": kv_dtype, "time_us": 20.0, "GBps": 3000.0, "MB_moved": 60.0, "variant_arg": kw["variant"]})
     monkeypatch.setattr(cmd_bench, "_prefill_case", lambda kv_dtype, **kw: {
@@ -90,6 +94,11 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     result = CliRunner().invoke(main, ["bench", "--json-out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
+    assert f"SM clock {clocks[0]:.0f} / {clocks[1]:.0f} of 1980 MHz (start / end)" in result.output
+    assert report["ceilings"]["sm_clock_end_MHz"] == clocks[1]
+    throttled = clocks[0] < 1000
+    assert ("the GPU is throttled" in result.output) == throttled
+    assert (report["throttle_warning"] is not None) == throttled
     decode = {r["variant_arg"] for r in report["decode"]}
     assert decode == {v.name for v in variants(Op.DECODE, target=Target.NVIDIA)}
     assert [r["variant"] for r in report["decode_step"]] == [
@@ -107,3 +116,27 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path):
     causal = [r for r in report["topk"] if r.get("causal")]     # the hook's prefill rows, the default variant
     assert [(r["variant"], r["rows"], r["width"], r["sorted"]) for r in causal] == [
         ("radix_fast", 8192, 8192, True), ("radix_fast", 8192, 8192, False)]
+
+
+def test_throttle_warning_names_the_clocks_and_the_maximum():
+    """A clock under 3/4 of the card's maximum at either end of the run is flagged with both figures; none when the
+    maximum is not known or both clocks reach it."""
+    from tools.cmd_bench import throttle_warning
+
+    warning = throttle_warning([283.0, 1900.0], 1980.0)
+    assert warning.startswith("warning: the SM clock measured 283 / 1900 MHz") and "14% of this card's 1980" in warning
+    assert "do not represent" in warning
+    assert throttle_warning([1600.0, 1980.0], 1980.0) is None
+    assert throttle_warning([283.0, 283.0], None) is None
+
+
+@pytest.mark.gpu
+def test_sm_clock_is_measured_below_the_cards_maximum():
+    """The spin-timed clock is a clock: positive, and (where NVML reports the maximum) not above it by more than
+    the timing's noise."""
+    from tools.cmd_bench import max_sm_clock_MHz, sm_clock_MHz
+
+    clock, top = sm_clock_MHz(), max_sm_clock_MHz()
+    assert clock > 0
+    if top is not None:
+        assert clock <= 1.1 * top, (clock, top)
