@@ -63,8 +63,8 @@ def max_sm_clock_MHz() -> float | None:
         import pynvml
         import torch
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        # torch's handle of the current device: NVML's index after CUDA_VISIBLE_DEVICES
+        handle = torch.cuda._get_pynvml_handler(torch.cuda.current_device())
         return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception:   # an optional report: any failure of the library means no figure
         return None
@@ -318,6 +318,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     click.echo(f"device: {name}; decode shape {shape}", err=True)
     click.echo("measuring ceilings ...", err=True)
     ceil = _ceilings(inner=5, replays=replays)
+    early = throttle_warning([ceil["sm_clock_MHz"]], ceil["sm_clock_max_MHz"])
+    if early:   # said now, not only in the report at the end
+        click.echo(early.replace("(start / end of the run)", "(at the start)") + "; the run goes on", err=True)
     target = scorer_target("cuda")
     # every decode variant that runs here on its format's planar pages, and the MXFP4 default on the tiled pages
     runs = [(v.kv_dtype, None, v.name) for v in variants(Op.DECODE, target=target)]
@@ -394,7 +397,6 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     warning = throttle_warning(clocks, ceil["sm_clock_max_MHz"])
     if warning:
         click.echo(warning)
-        click.echo(warning, err=True)
     click.echo(f"decode B{batch}/N{next_n}/H{heads}/D{head_dim}/ctx {context}/page {page_size}:")
     click.echo(_table(decode, [("variant", "variant", ""), ("time us", "time_us", ".1f"),
                                ("MB moved", "MB_moved", ".2f"), ("GB/s", "GBps", ".0f"),

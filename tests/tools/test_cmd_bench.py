@@ -98,6 +98,7 @@ def test_bench_runs_every_variant_and_writes_json(monkeypatch, tmp_path, clocks)
     assert report["ceilings"]["sm_clock_end_MHz"] == clocks[1]
     throttled = clocks[0] < 1000
     assert ("the GPU is throttled" in result.output) == throttled
+    assert ("(at the start)" in result.output) == throttled   # said early on stderr too (CliRunner mixes the two)
     assert (report["throttle_warning"] is not None) == throttled
     decode = {r["variant_arg"] for r in report["decode"]}
     assert decode == {v.name for v in variants(Op.DECODE, target=Target.NVIDIA)}
@@ -132,11 +133,13 @@ def test_throttle_warning_names_the_clocks_and_the_maximum():
 
 @pytest.mark.gpu
 def test_sm_clock_is_measured_below_the_cards_maximum():
-    """The spin-timed clock is a clock: positive, and (where NVML reports the maximum) not above it by more than
-    the timing's noise."""
+    """The spin-timed clock is a clock: positive and not above the card's maximum by more than the timing's noise;
+    NVML answers for the current device wherever nvidia-ml-py is installed on an NVIDIA machine."""
+    import importlib.util
+
     from tools.cmd_bench import max_sm_clock_MHz, sm_clock_MHz
 
     clock, top = sm_clock_MHz(), max_sm_clock_MHz()
     assert clock > 0
-    if top is not None:
-        assert clock <= 1.1 * top, (clock, top)
+    if importlib.util.find_spec("pynvml") is not None and not torch.version.hip:
+        assert top is not None and clock <= 1.1 * top, (clock, top)
