@@ -48,37 +48,45 @@ def _bf16_TFLOPs(replays: int) -> float:
     return 2 * MATMUL_N**3 / graph_time_us([lambda: a @ b], inner=2, replays=replays) / 1e6
 
 
-def sm_clock_MHz() -> float:
-    """The SM clock the GPU runs at now, measured: SPIN_CYCLES cycles of `torch.cuda._sleep` (a kernel spinning on
-    the SM's cycle counter) timed back to back with the GPU kept busy."""
+def sm_clock_MHz() -> float | None:
+    """The SM clock an NVIDIA GPU runs at now, measured: SPIN_CYCLES cycles of `torch.cuda._sleep` (a kernel
+    spinning on the SM's cycle counter) timed back to back with the GPU kept busy. None on AMD, whose counter the
+    spin reads is not known to tick at the shader clock."""
     import torch
 
+    if torch.version.hip:
+        return None
     return SPIN_CYCLES / eager_time_us(lambda: torch.cuda._sleep(SPIN_CYCLES), iters=20)
 
 
 def max_sm_clock_MHz() -> float | None:
     """The card's maximum SM clock as NVML reports it; None where NVML (nvidia-ml-py) is not installed or does
     not answer (AMD, no driver library)."""
+    import torch
+
     try:
         import pynvml
-        import torch
-
-        # torch's handle of the current device: NVML's index after CUDA_VISIBLE_DEVICES
+    except ImportError:
+        return None
+    try:
+        # torch's NVML handle of the current device: NVML's index after CUDA_VISIBLE_DEVICES (the GPU tests check
+        # that it answers wherever nvidia-ml-py is installed)
         handle = torch.cuda._get_pynvml_handler(torch.cuda.current_device())
         return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except Exception:   # an optional report: any failure of the library means no figure
+    except (ImportError, AttributeError, RuntimeError, pynvml.NVMLError):
         return None
 
 
-def throttle_warning(clocks_MHz: list[float], max_MHz: float | None) -> str | None:
-    """A warning when a measured SM clock is below THROTTLED_BELOW of the card's maximum (a power or heat limit, a
-    clock cap): such a run's timings do not represent the card. None when the clocks are fine or the maximum is
-    not known."""
-    if not max_MHz or min(clocks_MHz) >= THROTTLED_BELOW * max_MHz:
+def throttle_warning(clocks_MHz: list[float | None], max_MHz: float | None,
+                     when: str = "start / end of the run") -> str | None:
+    """A warning when a measured SM clock (taken at `when`) is below THROTTLED_BELOW of the card's maximum (a power
+    or heat limit, a clock cap): such a run's timings do not represent the card. None when the clocks are fine or
+    a clock or the maximum is not known."""
+    if not max_MHz or None in clocks_MHz or min(clocks_MHz) >= THROTTLED_BELOW * max_MHz:
         return None
-    return (f"warning: the SM clock measured {' / '.join(f'{c:.0f}' for c in clocks_MHz)} MHz (start / end of the "
-            f"run), {min(clocks_MHz) / max_MHz:.0%} of this card's {max_MHz:.0f} MHz: the GPU is throttled (power, "
-            "heat or a clock cap; `nvidia-smi -q -d PERFORMANCE` says which), so these timings do not represent it")
+    return (f"warning: the SM clock measured {' / '.join(f'{c:.0f}' for c in clocks_MHz)} MHz ({when}), "
+            f"{min(clocks_MHz) / max_MHz:.0%} of this card's {max_MHz:.0f} MHz: the GPU is throttled (power, heat "
+            "or a clock cap; `nvidia-smi -q -d PERFORMANCE` says which), so these timings do not represent it")
 
 
 def _ceilings(inner: int, replays: int) -> dict:
@@ -88,7 +96,7 @@ def _ceilings(inner: int, replays: int) -> dict:
 
     out = copy_GBps(inner, replays) | {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
-    return out | {"sm_clock_MHz": sm_clock_MHz(), "sm_clock_max_MHz": max_sm_clock_MHz()}
+    return out | {"sm_clock_start_MHz": sm_clock_MHz(), "sm_clock_max_MHz": max_sm_clock_MHz()}
 
 
 def decode_inputs(kv_dtype: str, device: str, *, batch, next_n, heads, head_dim, context, page_size, layout,
@@ -318,9 +326,9 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     click.echo(f"device: {name}; decode shape {shape}", err=True)
     click.echo("measuring ceilings ...", err=True)
     ceil = _ceilings(inner=5, replays=replays)
-    early = throttle_warning([ceil["sm_clock_MHz"]], ceil["sm_clock_max_MHz"])
+    early = throttle_warning([ceil["sm_clock_start_MHz"]], ceil["sm_clock_max_MHz"], "at the start")
     if early:   # said now, not only in the report at the end
-        click.echo(early.replace("(start / end of the run)", "(at the start)") + "; the run goes on", err=True)
+        click.echo(early + "; the run goes on", err=True)
     target = scorer_target("cuda")
     # every decode variant that runs here on its format's planar pages, and the MXFP4 default on the tiled pages
     runs = [(v.kv_dtype, None, v.name) for v in variants(Op.DECODE, target=target)]
@@ -388,12 +396,12 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
         topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k, inner=3,
                                replays=replays, causal=True, sorted=by_value))
     ceil["sm_clock_end_MHz"] = sm_clock_MHz()
-    clocks = [ceil["sm_clock_MHz"], ceil["sm_clock_end_MHz"]]
+    clocks = [ceil["sm_clock_start_MHz"], ceil["sm_clock_end_MHz"]]
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
     top = "" if ceil["sm_clock_max_MHz"] is None else f" of {ceil['sm_clock_max_MHz']:.0f}"
+    measured = "" if None in clocks else f", SM clock {clocks[0]:.0f} / {clocks[1]:.0f}{top} MHz (start / end)"
     click.echo(f"{name}: copy (read+write) {ceil['copy_GBps']:.0f} GB/s ({ways}), "
-               f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s, SM clock {clocks[0]:.0f} / {clocks[1]:.0f}{top} MHz "
-               "(start / end)")
+               f"bf16 matmul {ceil['bf16_TFLOPs']:.0f} TFLOP/s{measured}")
     warning = throttle_warning(clocks, ceil["sm_clock_max_MHz"])
     if warning:
         click.echo(warning)
