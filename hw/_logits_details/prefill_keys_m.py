@@ -198,11 +198,12 @@ def _store_tile(out_cols, cols, logits, visible, row_in, stored, SK, CLEAN: tl.c
 
 
 @triton.jit
-def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke, out_cols, row_in, SK,
-              BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
-              MASKED: tl.constexpr):
-    """Score and store the FP8 keys `cols` of one tile. MASKED: the tile reaches past SK (its loads are masked);
-    else every key of it lies in [0, SK) and is loaded, seen by a row or not (only visible scores are stored)."""
+def fp8_tile_scores(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, SK, BLOCK_Q: tl.constexpr,
+                    H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, MASKED: tl.constexpr):
+    """The FP8 keys `cols` of one tile against every query token of the program -> (head sums fp32 [BLOCK_K,
+    BLOCK_Q], the keys' scales fp32 [BLOCK_K]): logits = head sums * scales[:, None]. MASKED: the tile reaches
+    past SK (its loads are masked; those keys score 0); else every key of it lies in [0, SK) and is loaded, seen by
+    a row or not."""
     if MASKED:
         k_ok = cols < SK
         k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :], mask=k_ok[:, None], other=0)
@@ -210,9 +211,18 @@ def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke
     else:
         k = tl.load(k_v_ptr + cols[:, None] * stride_kv_t + d[None, :])
         k_scale = tl.load(k_s_ptr + cols * stride_ks_t)
-    logits = head_sum(promoted_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD)
+    return head_sum(promoted_dot(k.to(tl.float8e4nv, bitcast=True), qt, None, PROMOTE_K), w, BLOCK_Q, H_PAD), k_scale
+
+
+@triton.jit
+def _fp8_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, ke, out_cols, row_in, SK,
+              BLOCK_Q: tl.constexpr, H_PAD: tl.constexpr, PROMOTE_K: tl.constexpr, CLEAN: tl.constexpr,
+              MASKED: tl.constexpr):
+    """Score and store the FP8 keys `cols` of one tile (fp8_tile_scores; only visible scores are stored)."""
+    sums, k_scale = fp8_tile_scores(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, SK, BLOCK_Q, H_PAD,
+                                    PROMOTE_K, MASKED)
     visible = (cols[:, None] >= ks[None, :]) & (cols[:, None] < ke[None, :])
-    _store_tile(out_cols, cols, logits * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
+    _store_tile(out_cols, cols, sums * k_scale[:, None], visible, row_in, cols < SK, SK, CLEAN, not MASKED)
 
 
 @triton.jit
