@@ -221,7 +221,8 @@ def check(device: str | None = None) -> None:
 def time(out_path: str) -> None:
     """The causal prompt (8192 and 4096 tokens, H32 / D128, FP8): the shipped scorer (clean_logits False, as the
     hook runs it) + column-order top-k of its rows, against each gated form + column-order top-k of the candidates
-    + the columns gathered; each piece alone too; two rounds in opposite orders, outputs compared."""
+    + the columns gathered; each piece alone too; two rounds in opposite orders; each gated form's output compared
+    with the unfused one on the same tile."""
     from tools.runtime import choose_device
     choose_device("cuda")
     import torch
@@ -270,7 +271,12 @@ def _time_prompt(prompt: int, device: str, timer) -> list:
     def top_of_candidates():
         return _selected(cand_i, hw.top_k_per_row(cand_v, count, K, sorted=False))
 
-    want = unfused()
+    def reference(block_q):
+        """The unfused top-k with the scorer on the gate's tile (the head sums' order follows the tile)."""
+        tiled = hw.fp8_fp4_mqa_logits((q_vals, None), kv, w, ks, ke, clean_logits=False,
+                                      launch_settings={"block_q": block_q, "h_pad": 32})
+        return hw.top_k_per_row(tiled, ke, K, starts=ks, sorted=False)
+
     pieces = {"scorer": scorer, "topk": topk, "scorer+topk": unfused}
     rows = []
     for name, (block_q, stages, nb, refresh) in FORMS.items():
@@ -278,7 +284,7 @@ def _time_prompt(prompt: int, device: str, timer) -> list:
         hist = torch.empty((prompt, nb + 1), dtype=torch.int32, device=device)
 
         def gate(form=(block_q, stages, nb, refresh), o=o, inv=inv, hist=hist):
-            _gated(inputs, *form, o, inv, hist, count, cand_v, cand_i)
+            _gated(inputs, *form, o, inv, hist, count, cand_v, cand_i, K)
 
         def fused(gate=gate):
             gate()
@@ -286,7 +292,7 @@ def _time_prompt(prompt: int, device: str, timer) -> list:
 
         pieces[f"{name}/gate"] = gate
         pieces[f"{name}/gate+topk"] = fused
-        rows.append({"prompt": prompt, "form": name, "output_equal": torch.equal(fused(), want),
+        rows.append({"prompt": prompt, "form": name, "output_equal": torch.equal(fused(), reference(block_q)),
                      "kept": int(count.sum()), "visible": int((ke - ks).sum()), "longest": int(count.max())})
         print(json.dumps(rows[-1]), flush=True)
     for r in range(2):
