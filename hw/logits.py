@@ -27,6 +27,8 @@ from . import checks as _checks
 from ._logits_details.calls import DecodeCall, PrefillCall
 from ._logits_details.common import INTERPRETER_DOT_SCALED_TRITON
 from ._logits_details.paged_keys_m import paged_keys_m_kernel
+from ._logits_details.prefill_keys_m import fp8_tile_scores as fp8_tile_scores  # pieces of the prefill key loop
+from ._logits_details.prefill_keys_m import key_span as key_span  # for kernels built on it outside hw (probes)
 from ._logits_details.prefill_keys_m import prefill_keys_m_kernel
 from ._logits_details.schedule import paged_schedule
 from .checks import (

@@ -146,7 +146,7 @@ def _clean_columns(out_rows, row_in, start, end, BLOCK_Q: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
+def key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
     """A query block's rows `tokens` (row_in: < S): their ranges clamped to 0 <= ks, ke <= SK, the union of the
     non-empty ones [lo, hi), and the key tiles covering it [first, end), BLOCK_K-aligned (end may pass SK). The
     scorer stores every column of [first, end) of the block's rows; with clean_logits the others are -inf
@@ -162,10 +162,10 @@ def _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K: tl.constexpr):
 @triton.jit
 def _clean_outside(ks_ptr, ke_ptr, out_ptr, block, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                    COLUMNS: tl.constexpr):
-    """-inf into the columns outside [first, end) (_key_span) of query block `block`'s rows, COLUMNS at a time."""
+    """-inf into the columns outside [first, end) (key_span) of query block `block`'s rows, COLUMNS at a time."""
     tokens = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
-    _, _, _, _, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    _, _, _, _, first, end = key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
     out_rows = out_ptr + tokens * stride_out_s
     _clean_columns(out_rows, row_in, 0, first, BLOCK_Q, COLUMNS)
     _clean_columns(out_rows, row_in, end, SK, BLOCK_Q, COLUMNS)
@@ -174,7 +174,7 @@ def _clean_outside(ks_ptr, ke_ptr, out_ptr, block, S, SK, stride_out_s, BLOCK_Q:
 @triton.jit
 def clean_outside_kernel(ks_ptr, ke_ptr, out_ptr, S, SK, stride_out_s, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                          COLUMNS: tl.constexpr):
-    """-inf into the columns outside [first, end) (_key_span) of every block of BLOCK_Q query rows: what
+    """-inf into the columns outside [first, end) (key_span) of every block of BLOCK_Q query rows: what
     prefill_keys_m_kernel leaves to it with clean_logits when it does not store them itself (CLEAN_OUTSIDE False;
     the same BLOCK_Q and BLOCK_K). ks/ke int32 [S]; out fp32 [S, SK], row stride stride_out_s. Grid (cdiv(S,
     BLOCK_Q),), block p in program p."""
@@ -344,7 +344,7 @@ def prefill_keys_m_kernel(
     if HAS_FLAG and not EXACT_PASS:
         report_ranges(flag_ptr, tokens, row_in, tl.load(ks_ptr + tokens, mask=row_in, other=0),
                       tl.load(ke_ptr + tokens, mask=row_in, other=0), SK)
-    ks, ke, lo, hi, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    ks, ke, lo, hi, first, end = key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
     whole_end = SK // BLOCK_K * BLOCK_K            # tiles below it lie inside [0, SK): unmasked loads
     out_cols = out_ptr + tokens[None, :] * stride_out_s            # [1, BLOCK_Q]
 

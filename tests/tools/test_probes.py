@@ -36,12 +36,19 @@ def test_the_cpu_probe_runs(monkeypatch, capsys):
     assert all("counting sort:" in line for line in lines)
 
 
-def test_the_fused_gate_keeps_every_top_k(capsys):
+def test_the_fused_gate_keeps_every_top_k(device, monkeypatch, capsys):
+    import os
+
     from tools.probes import prefill_fused_gate as probe
 
-    probe.check("cpu")        # asserts the candidates hold each row's top k and their top-k is the logits'
+    # check() chooses the device, which sets or removes TRITON_INTERPRET: restored after the test
+    if "TRITON_INTERPRET" in os.environ:
+        monkeypatch.setenv("TRITON_INTERPRET", os.environ["TRITON_INTERPRET"])
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    probe.check(device.type)   # asserts the candidates hold each row's top k and their top-k is the logits'
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and all(line.endswith("top-k equal") for line in lines)
+    assert len(lines) == 9 and all(line.endswith("top-k equal") for line in lines)
 
 
 def test_the_gate_model_is_looser_than_an_exact_running_threshold():

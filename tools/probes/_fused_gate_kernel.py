@@ -15,7 +15,7 @@ included.
 import triton
 import triton.language as tl
 
-from hw._logits_details.prefill_keys_m import _key_span, fp8_tile_scores
+from hw.logits import fp8_tile_scores, key_span
 
 
 @triton.jit
@@ -42,7 +42,9 @@ def _gate_tile(k_v_ptr, k_s_ptr, stride_kv_t, stride_ks_t, cols, d, qt, w, ks, k
 @triton.jit
 def _refresh(hist_ptr, tokens, row_in, th, K_SEL: tl.constexpr, NB: tl.constexpr):
     """th -> max(th, the largest bucket j with count(b >= j) >= K_SEL) (-1 while fewer than K_SEL were kept)."""
-    tl.debug_barrier()                        # this program's atomics above, before its reads of the counts
+    # the counts read may miss some of this program's latest adds (a lower threshold, a looser gate: still a
+    # superset); the barrier keeps the reads after the adds of every thread
+    tl.debug_barrier()
     j = tl.arange(0, NB)
     h = tl.load(hist_ptr + tokens[:, None] * (NB + 1) + 1 + j[None, :], mask=row_in[:, None], other=0,
                 cache_modifier=".cg")                                                   # [BLOCK_Q, NB], from L2
@@ -57,14 +59,15 @@ def gated_fp8_kernel(q_v_ptr, k_v_ptr, k_s_ptr, w_ptr, ks_ptr, ke_ptr, o_ptr, in
                      BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, K_SEL: tl.constexpr, CAP: tl.constexpr,
                      NB: tl.constexpr, REFRESH: tl.constexpr):
     """q_v e4m3 bytes [S, H, D], k_v e4m3 bytes [SK, D], k_s fp32 [SK], w fp32 [S, H], ks/ke int32 [S] (clamped
-    as the scorer clamps them), o/inv fp32 [S] (the bucket maps), hist int32 [S, NB + 1] zeroed. Writes count int32
+    as the scorer clamps them), o/inv fp32 [S] (the bucket maps; inv >= 0, else the map reverses the order and the
+    gate may drop a top-k entry), hist int32 [S, NB + 1] zeroed. Writes count int32
     [S] (the row's kept entries; more than CAP: its list overflowed) and cand_v fp32 / cand_i int32 [S, CAP] (the
     first min(count, CAP) entries: values and columns, in column order). Grid (cdiv(S, BLOCK_Q),), longest rows
     first as the scorer."""
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     tokens = pid * BLOCK_Q + tl.arange(0, BLOCK_Q)
     row_in = tokens < S
-    ks, ke, lo, hi, first, end = _key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
+    ks, ke, lo, hi, first, end = key_span(ks_ptr, ke_ptr, tokens, row_in, S, SK, BLOCK_K)
     whole_end = SK // BLOCK_K * BLOCK_K
     NQ: tl.constexpr = BLOCK_Q * H_PAD
     m = tl.arange(0, NQ)

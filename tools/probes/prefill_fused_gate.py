@@ -40,13 +40,28 @@ def admitted(row: np.ndarray, nb: int, refresh: int, k: int = K) -> int:
     return n
 
 
+def record_ratios(prompt: int, k: int = K) -> tuple[float, float]:
+    """A causal prompt of `prompt` tokens (row i sees i + 1 keys) under an exact running threshold, which keeps about
+    k (1 + ln(L / k)) entries of a row of L > k exchangeable values: (bytes the candidates take, 8 a kept entry,
+    over the visible logits' 4 an entry; the traffic, the candidates written and their values read back, 12 a
+    kept entry, over the logits written and read back, 8 an entry)."""
+    lengths = np.arange(1, prompt + 1, dtype=np.float64)
+    kept = np.where(lengths <= k, lengths, k * (1 + np.log(np.maximum(lengths, k) / k))).sum()
+    return 8 * kept / (4 * lengths.sum()), 12 * kept / (8 * lengths.sum())
+
+
 def bytes_model(out_path: str, prompt: int = PROMPT, samples: int = 24) -> dict:
+    """The gate modelled on the causal prompt's rows (module docstring) -> the JSON written to out_path: what each
+    form keeps and writes against the visible logits, and the record bound's ratios for longer prompts."""
     rng = np.random.default_rng(1)
     lengths = np.arange(1, prompt + 1)
     sample = np.unique(np.linspace(K + 1, prompt, samples).astype(int))
     logits_mb = 4 * lengths.sum() / 1e6              # the visible logits: written by the scorer, read by top-k
-    result = {"prompt": prompt, "k": K, "visible_logits_MB": logits_mb,
-              "exact_threshold_candidates_MB": 8 * np.minimum(lengths, K).sum() / 1e6, "forms": {}}
+    exact_mb = 8 * np.minimum(lengths, K).sum() / 1e6
+    result = {"prompt": prompt, "k": K, "visible_logits_MB": logits_mb, "exact_threshold_candidates_MB": exact_mb,
+              "exact_threshold_traffic_over_logits": 1.5 * exact_mb / (2 * logits_mb), "forms": {},
+              "record_bound_by_prompt": {P: dict(zip(("written", "traffic"), record_ratios(P)))
+                                         for P in (8192, 16384, 32768, 65536, 131072)}}
     for dist in ("normal", "relu"):
         for nb, refresh in ((256, 1), (256, 8), (1024, 1), (4096, 1)):
             frac = {}
@@ -58,9 +73,11 @@ def bytes_model(out_path: str, prompt: int = PROMPT, samples: int = 24) -> dict:
             cand_mb = 8 * (kept * lengths).sum() / 1e6              # value + column per kept entry
             result["forms"][f"{dist}/nb{nb}/r{refresh}"] = {
                 "candidates_MB": cand_mb, "candidates_over_logits": cand_mb / logits_mb,
+                "traffic_over_logits": 1.5 * cand_mb / (2 * logits_mb),
                 "kept_fraction_of_the_longest_row": frac[int(sample[-1])],
                 "online_record_bound": K * (1 + np.log(prompt / K)) / prompt}
             print(dist, nb, refresh, json.dumps(result["forms"][f"{dist}/nb{nb}/r{refresh}"]), flush=True)
+    print("record bound by prompt:", json.dumps(result["record_bound_by_prompt"]), flush=True)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1)
     return result
@@ -87,12 +104,12 @@ def static(out_path: str) -> dict:
     import os
 
     os.environ.pop("TRITON_INTERPRET", None)     # compiled, not run: run it in a fresh process, before hw's import
-    from hw._logits_details import prefill_keys_m
-    from hw.targets import Target
+    from hw.variants import isa_specs
 
     rows = {}
-    for target, tgt in (("sm90", Target.NVIDIA), ("gfx950", Target.AMD)):
-        specs = [dataclasses.replace(prefill_keys_m.isa_spec("fp8", 128, 32, tgt), targets=(target,))]
+    for target in ("sm90", "gfx950"):
+        specs = [dataclasses.replace(spec, targets=(target,)) for spec in isa_specs()
+                 if spec.label == "prefill_keys_m/fp8/mma/D128/H32" and target in spec.targets]
         specs += [_gated_spec(target, *form) for form in FORMS.values()]
         for spec in specs:
             row = _resources(spec, target)
@@ -162,6 +179,7 @@ def _calibration(logits, ks, ke, nb):
 
 
 def _selected(cand_i, idx):
+    """The columns of the candidates at places `idx` (top-k of the candidates; -1 stays -1)."""
     import torch
 
     return torch.where(idx >= 0, torch.gather(cand_i, 1, idx.clamp(min=0).long()), -1).to(torch.int32)
@@ -184,22 +202,31 @@ def check(device: str | None = None) -> None:
     k_s = rng.choice([0.5, 1.0, 2.0], SK).astype(np.float32)
     k_s[rng.choice(SK, 30, replace=False)] = np.nan          # NaN columns (the lowest), +-inf and NaN ones
     k_s[rng.choice(SK, 30, replace=False)] = np.inf
+    k_s[[2, 9, 17, 25]] = np.inf                             # -inf and +inf in the short row 1 (30 keys < k)
     k_s = torch.from_numpy(k_s).to(device)
-    w = torch.from_numpy(rng.choice([-1.0, 0.5, 1.0], (S, H)).astype(np.float32)).to(device)
+    w = rng.choice([-1.0, 0.5, 1.0], (S, H)).astype(np.float32)
+    w[1] = -1.0                                              # row 1's logits <= 0: its inf-scaled keys are -inf
+    w = torch.from_numpy(w).to(device)
     ke = torch.from_numpy(np.minimum(np.arange(S) * 29 + 1, SK).astype(np.int32)).to(device)
     ks = torch.from_numpy(np.where(np.arange(S) % 5 == 4, 3, 0).astype(np.int32)).to(device)
     logits = hw.fp8_fp4_mqa_logits((q, None), (kv, k_s), w, ks, ke, clean_logits=True)
     want = hw.top_k_per_row(logits, ke, k, starts=ks, sorted=False)
     inputs = (q.view(torch.uint8), kv.view(torch.uint8), k_s, w, ks, ke)
     ref, lo, hi = logits.cpu().numpy(), ks.cpu().numpy(), ke.cpu().numpy()
+    assert hi[1] - lo[1] < k and np.isneginf(ref[1, lo[1]:hi[1]]).any(), "the fixture's short row holds -inf"
+    o, inv = _calibration(logits, ks, ke, nb)
+    o_fine, inv_fine = _calibration(logits, ks, ke, 4096)
+    # (buckets, map): calibrated, eight times coarser, with the lower half of the row below bucket 0, and fine
+    # enough that the largest values have buckets of their own
+    maps = {"x1": (nb, o, inv), "x1/8": (nb, o, inv / 8), "raised": (nb, o + nb / inv / 2, inv),
+            "fine": (4096, o_fine, inv_fine)}
     for refresh in (1, 3):
-        o, inv = _calibration(logits, ks, ke, nb)
-        for scale in (1.0, 1 / 8):          # the calibrated map, and one eight times coarser
-            hist = torch.empty((S, nb + 1), dtype=torch.int32, device=device)
+        for name, (buckets, o_map, inv_map) in maps.items():
+            hist = torch.empty((S, buckets + 1), dtype=torch.int32, device=device)
             count = torch.full((S,), -7, dtype=torch.int32, device=device)
             cand_v = torch.full((S, SK), float("nan"), device=device)
             cand_i = torch.full((S, SK), -5, dtype=torch.int32, device=device)
-            _gated(inputs, 4, 1, nb, refresh, o, inv * scale, hist, count, cand_v, cand_i, k)
+            _gated(inputs, 4, 1, buckets, refresh, o_map, inv_map, hist, count, cand_v, cand_i, k)
             n_all = count.cpu().numpy()
             for i in range(S):
                 n, cols = int(n_all[i]), cand_i[i, :int(n_all[i])].cpu().numpy()
@@ -213,9 +240,32 @@ def check(device: str | None = None) -> None:
                     need |= row >= ordered[min(k, len(ordered)) - 1]
                 assert set((np.nonzero(need)[0] + lo[i]).tolist()) <= set(cols.tolist()), i
             got = _selected(cand_i, hw.top_k_per_row(cand_v, count, k, sorted=False))
-            assert torch.equal(got, want), (refresh, scale)
-            print(f"refresh {refresh} map x{scale}: kept {n_all.sum()} of {int((ke - ks).sum())} visible, "
+            assert torch.equal(got, want), (refresh, name)
+            print(f"refresh {refresh} map {name}: kept {n_all.sum()} of {int((ke - ks).sum())} visible, "
                   f"largest row {n_all.max()} for k = {k}: top-k equal", flush=True)
+    # every key the same vector, so a row's logits are its one head sum times the keys' scales: the first tile holds
+    # k - 1 large values, a middle one and small ones, the second one value between the middle and the large ones
+    # (the row's k-th largest in the end) and small ones: after the first tile the threshold may rise to the middle
+    # value's bucket, not beyond
+    SK = 2 * TILE
+    scales = (0.01 * np.arange(1, SK + 1)).astype(np.float32)
+    scales[:k - 1] = 100 + np.arange(k - 1)
+    scales[k - 1], scales[TILE + 5] = 10.0, 20.0
+    k_s = torch.from_numpy(scales).to(device)
+    kv = fp8(np.ones((SK, D)))
+    q, w = fp8(np.ones((4, H, D))), torch.ones((4, H), device=device)
+    ks, ke = torch.zeros(4, dtype=torch.int32, device=device), torch.full((4,), SK, dtype=torch.int32, device=device)
+    logits = hw.fp8_fp4_mqa_logits((q, None), (kv, k_s), w, ks, ke, clean_logits=True)
+    o, inv = _calibration(logits, ks, ke, 4096)
+    count = torch.empty(4, dtype=torch.int32, device=device)
+    cand_v = torch.empty((4, SK), device=device)
+    cand_i = torch.empty((4, SK), dtype=torch.int32, device=device)
+    _gated((q.view(torch.uint8), kv.view(torch.uint8), k_s, w, ks, ke), 4, 1, 4096, 1, o, inv,
+           torch.empty((4, 4097), dtype=torch.int32, device=device), count, cand_v, cand_i, k)
+    got = _selected(cand_i, hw.top_k_per_row(cand_v, count, k, sorted=False))
+    assert torch.equal(got, hw.top_k_per_row(logits, ke, k, starts=ks, sorted=False)), "the crafted rows"
+    assert int(count[0]) == TILE + 1, int(count[0])   # the whole first tile, the second tile's one
+    print(f"crafted rows: kept {int(count[0])} of {SK} for k = {k}: top-k equal", flush=True)
 
 
 def time(out_path: str) -> None:
@@ -274,7 +324,8 @@ def _time_prompt(prompt: int, device: str, timer) -> list:
     def reference(block_q):
         """The unfused top-k with the scorer on the gate's tile (the head sums' order follows the tile)."""
         tiled = hw.fp8_fp4_mqa_logits((q_vals, None), kv, w, ks, ke, clean_logits=False,
-                                      launch_settings={"block_q": block_q, "h_pad": 32})
+                                      launch_settings={"block_q": block_q, "h_pad": 32, "block_k": TILE,
+                                                       "num_warps": 4})
         return hw.top_k_per_row(tiled, ke, K, starts=ks, sorted=False)
 
     pieces = {"scorer": scorer, "topk": topk, "scorer+topk": unfused}
