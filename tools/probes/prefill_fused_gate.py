@@ -121,6 +121,8 @@ def static(out_path: str) -> dict:
 
 
 def _resources(spec, target: str) -> dict:
+    """tools.isa's reading of the compiled kernel (registers, spills, scratch, shared memory, occupancy), and on
+    sm_90 the SASS instruction counts (all, and the MMAs, spill stores / loads, global atomics and stores, barriers)."""
     import collections
     import re
     import subprocess
@@ -130,23 +132,20 @@ def _resources(spec, target: str) -> dict:
 
     from tools import isa
 
-    compiled = isa.compile_spec(spec, target)
-    compiled = compiled[0] if isinstance(compiled, tuple) else compiled
-    if target == "gfx950":
-        asm = compiled.asm["amdgcn"]
-        field = lambda name: int(re.search(rf"\.{name}:\s+(\d+)", asm).group(1))     # noqa: E731
-        return {"vgpr": field("vgpr_count"), "vgpr_spill": field("vgpr_spill_count"),
-                "sgpr_spill": field("sgpr_spill_count"), "lds_bytes": compiled.metadata.shared}
-    regs, stack, _, _ = isa._cuobjdump_resources(compiled.asm["cubin"])
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True,
-                              text=True, check=True).stdout
-    ops = collections.Counter(m.group(1).split(".")[0] for m in re.finditer(
-        r"/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
-    return {"registers": regs, "stack_bytes": stack, "shared_bytes": compiled.metadata.shared,
-            "sass": sum(ops.values()), **{op: ops[op] for op in ("QGMMA", "STL", "LDL", "REDG", "ATOMG", "STG", "BAR")}}
+    k = isa.analyze(spec, target)
+    row = {**dict(k.registers), "spills": k.spills, "scratch_bytes": k.scratch_bytes,
+           "shared_bytes": k.shared_bytes, "occupancy": k.occupancy}
+    if target == "sm90":
+        compiled, _ = isa.compile_spec(spec, target)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            sass = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True,
+                                  text=True, check=True).stdout
+        ops = collections.Counter(m.group(1).split(".")[0] for m in re.finditer(
+            r"/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+        row.update(sass=sum(ops.values()), **{op: ops[op] for op in ("QGMMA", "STL", "LDL", "REDG", "STG", "BAR")})
+    return row
 
 
 def _gated(inputs, block_q, stages, nb, refresh, o, inv, hist, count, cand_v, cand_i, k=K):
