@@ -633,18 +633,29 @@ def run_cases(cases: Sequence[DiffCase], env: Env, on_result: Callable[[int, Cas
     if unknown:
         raise ValueError(f"jobs > 1 runs cases of ALL_CASES only; not among them: {', '.join(unknown)}")
     by_index: dict[int, CaseResult] = {}
-    with ProcessPoolExecutor(max_workers=min(jobs, len(cases)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_worker_init, initargs=(env.device,)) as pool:
-        futures = {pool.submit(_worker_run, case.name): i for i, case in enumerate(cases)}
-        for n, future in enumerate(as_completed(futures)):
-            i = futures[future]
-            try:
-                by_index[i] = future.result()
-            except BrokenProcessPool as e:   # a worker died (or could not start): the case fails, the run goes on
-                by_index[i] = CaseResult(cases[i].name, cases[i].kind, FAIL, f"worker process lost: {e}", None, 0.0)
-            if on_result is not None:
-                on_result(n, by_index[i])
+    for indices, workers in job_batches(cases, jobs):
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_worker_init, initargs=(env.device,)) as pool:
+            futures = {pool.submit(_worker_run, cases[i].name): i for i in indices}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    by_index[i] = future.result()
+                except BrokenProcessPool as e:   # a worker died (or could not start): the case fails, the run goes on
+                    by_index[i] = CaseResult(cases[i].name, cases[i].kind, FAIL, f"worker process lost: {e}", None,
+                                             0.0)
+                if on_result is not None:
+                    on_result(len(by_index) - 1, by_index[i])
     return [by_index[i] for i in range(len(cases))]
+
+
+def job_batches(cases: Sequence[DiffCase], jobs: int) -> list[tuple[list[int], int]]:
+    """How run_cases spreads `cases` over `jobs` worker processes: (indices into cases, workers) batches, run one
+    after the other. The large-address cases come last, one at a time: each holds a pool of tens of GB on the device,
+    and two at once outgrew an 80 GB H100."""
+    alone = [i for i, c in enumerate(cases) if c.kind == LargeAddressDiff.kind]
+    shared = [i for i, c in enumerate(cases) if c.kind != LargeAddressDiff.kind]
+    return [(batch, min(n, len(batch))) for batch, n in ((shared, jobs), (alone, 1)) if batch]
 
 
 _WORKER_ENV: list[Env] = []     # the env of a --jobs worker process, built once by _worker_init

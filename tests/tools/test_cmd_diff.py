@@ -77,6 +77,18 @@ def test_jobs_keep_the_given_order(device):
     assert [n for n, _ in finished] == [0, 1, 2] and {name for _, name in finished} == {r.name for r in results}
 
 
+def test_large_address_cases_run_alone_after_the_others():
+    """--jobs: the large-address cases (a pool of tens of GB each) run one at a time after every other case, in
+    their own batch of one worker; the others share the requested workers."""
+    cases = difftest.select_cases(quick=False, patterns=())
+    large = [i for i, c in enumerate(cases) if c.kind == "large_address"]
+    assert len(large) >= 2 and len(large) < len(cases)
+    batches = difftest.job_batches(cases, 4)
+    assert batches == [([i for i in range(len(cases)) if i not in large], 4), (large, 1)]
+    assert difftest.job_batches([cases[large[0]]], 4) == [([0], 1)]
+    assert difftest.job_batches([c for c in cases if c.kind != "large_address"][:3], 4) == [([0, 1, 2], 3)]
+
+
 def test_table_reports_each_case(device):
     result, out = run_diff(device, "--case", QUICK_SUBSET[0])
     assert result.exit_code == 0
