@@ -621,7 +621,8 @@ def run_cases(cases: Sequence[DiffCase], env: Env, on_result: Callable[[int, Cas
               jobs: int = 1) -> list[CaseResult]:
     """Run `cases` -> their results in the order of `cases`; on_result(i, result) as the i-th (from 0) finishes.
     jobs > 1: that many worker processes (spawned: each builds its own env on env.device; kernel compilation is
-    CPU-bound, so on a GPU host several processes finish sooner). The cases are then run by name from ALL_CASES."""
+    CPU-bound, so on a GPU host several processes finish sooner; job_batches: the large-address cases last, one at a
+    time). The cases are then run by name from ALL_CASES."""
     if jobs <= 1:
         results = []
         for i, case in enumerate(cases):
