@@ -10,7 +10,9 @@ Rows (k = 2048, ROWS of each, 24 unless given): N(0, 1) x 8192, ReLU-degenerate 
 like the decode step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k, signed weights; and with weights in
 [0, 1)), causal rows of 2049-8192 columns of N(0, 1), and tau on the maxima of 16 columns of N(0, 1) x 131072 (8
 rows; no bracket there). Prints, per kind and first round, the mean and the largest count of rounds and the share
-of rows taking more than one: with one program a row the launch lasts as long as its slowest row.
+of rows taking more than one: with one program a row the launch lasts as long as its slowest row; then the mean and
+the largest count of the rounds of seven probes on the candidate tile that follow (column_order._finish_on_tile,
+from the state the row's rounds end in; none for tau).
 
     python3 -m tools.probes.topk_rounds_model [ROWS]
 """
@@ -23,6 +25,7 @@ import torch
 from tools.probes.topk_buckets_model import keys, val
 
 K, CAP, SLACK, SECANT_ROUNDS = 2048, 128, 256, 8
+PROBE_BITS = 3   # radix_fast.probe_bits(CAP)
 SIGN_BIT = 2 ** 31
 
 
@@ -37,9 +40,26 @@ def normal_quantile(tail: float) -> float:
     return z if tail < 0.5 else -z
 
 
-def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = ()) -> int:
-    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible); with `guess` and `offsets` the first
-    round probes those numbers of keys of the fit from the quantile (ascending)."""
+def tile_rounds(count, lo: int, hi: int, ge_lo: int) -> int:
+    """The rounds of 2^PROBE_BITS - 1 probes (radix_fast._narrow) from the state (lo, hi, ge_lo) to a terminal
+    one (ge_lo == K or lo == hi); count(probe): the keys >= probe."""
+    done = 0
+    while ge_lo != K and lo < hi:
+        span = hi - lo + 1
+        probes = [lo + ((span * j) >> PROBE_BITS) for j in range(1 << PROBE_BITS)]
+        counts = [ge_lo] + [count(p) for p in probes[1:]]
+        pick = max(j for j, c in enumerate(counts) if c >= K)
+        if pick + 1 < len(probes):
+            hi = probes[pick + 1] - 1
+        lo, ge_lo = probes[pick], counts[pick]
+        done += 1
+    return done
+
+
+def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = ()) -> tuple[int, int]:
+    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible), and then tile_rounds (0 with
+    slack); with `guess` and `offsets` the first round probes those numbers of keys of the fit from the quantile
+    (ascending)."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
@@ -92,7 +112,7 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
         side = kept if secant else side
         lo, ge_lo, hi, above = (mid, c, hi, above) if up else (lo, ge_lo, mid - 1, c)
         done += 1
-    return done
+    return done, 0 if slack else tile_rounds(count, lo, hi, ge_lo)
 
 
 def main(rows: int = 24) -> None:
@@ -117,8 +137,9 @@ def main(rows: int = 24) -> None:
     for name, kind in kinds.items():
         line = []
         for label, (guess, offsets) in firsts.items():
-            counts = np.array([rounds(x, guess, slack, () if slack else offsets) for x, slack in kind])
-            line.append(f"{label}: {counts.mean():.2f}, {counts.max()}, {(counts > 1).mean():.0%}")
+            counts, tile = np.array([rounds(x, guess, slack, () if slack else offsets) for x, slack in kind]).T
+            line.append(f"{label}: {counts.mean():.2f}, {counts.max()}, {(counts > 1).mean():.0%}; "
+                        f"tile {tile.mean():.2f}, {tile.max()}")
         print(f"{name:28s}", " | ".join(line))
 
 
