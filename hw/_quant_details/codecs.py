@@ -119,13 +119,15 @@ def _boundary_bits(b_bits: tl.constexpr, s):
     subnormal where it falls below 2^-126 (only 0.25 and 0.75 can, by at most two binades), and for 5 * 2^126 (past
     the largest fp32) the bits above every finite value's."""
     e_field: tl.constexpr = b_bits >> F32_MANT_BITS
-    normal = b_bits + (s << F32_MANT_BITS)
+    # the tensor on the left: triton 3.8's interpreter cannot take a constexpr + tensor as a later operand
+    normal = (s << F32_MANT_BITS) + b_bits
     if e_field > F32_BIAS - 1:   # b >= 1: b * 2^-126 is normal
         return normal
     else:
         # below 2^-126: the significand shifted right by 1 - (e_field + s), 1 or 2 binades (exact: its low bits are 0)
         significand: tl.constexpr = (b_bits & F32_MANT_MASK) | F32_IMPLICIT_BIT
-        return tl.where(s + e_field >= 1, normal, significand >> tl.minimum(tl.maximum(1 - e_field - s, 1), 2))
+        shift = tl.full([], 1 - e_field, tl.int32) - s   # a tensor, not 1 - e_field - s: triton 3.8's interpreter
+        return tl.where(s + e_field >= 1, normal, significand >> tl.minimum(tl.maximum(shift, 1), 2))
 
 
 @triton.jit

@@ -407,8 +407,9 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     row kernel on the H200, not in _tau_kernel or the sorted form's row kernel (docs/perf/h200-topk.md, "The row's
     ends and moments as two-column reductions")."""
     if JOINED:
-        hi_key, not_lo = tl.split(tl.max(tl.join(key, tl.where(visible, ~key, 0)), 0))
-        lo = (~not_lo).to(tl.int64)
+        # ^ _FLIP, not ~: triton 3.8's interpreter cannot invert unsigned integers
+        hi_key, not_lo = tl.split(tl.max(tl.join(key, tl.where(visible, key ^ _FLIP, 0)), 0))
+        lo = (not_lo ^ _FLIP).to(tl.int64)
         hi = hi_key.to(tl.int64)
     else:
         lo = tl.min(tl.where(visible, key, _KEY_MAX), 0).to(tl.int64)
