@@ -22,7 +22,8 @@ Per row:
                  radix_fast's tiers, the longest rows first), narrows on the whole tile until at most CAP keys are
                  inside (radix_fast._narrow_on_row: from the row's least and largest keys, a normal fit's guess and
                  secant probes first), narrows those to a terminal state on a CAP tile (compacted through scratch by
-                 one atomic add a thread: the tile's order may change between launches, its rounds only count), then
+                 one atomic add a thread: the tile's order may change between launches; its rounds only count, and
+                 so do the ranks that replace them in NVIDIA's launches of three programs an SM), then
                  stores the selection from the register tile (tiles of up to 4096 columns with several groups of 4 a
                  thread gather the places into column order first, so that the writes are contiguous). One read of
                  the row; each thread holds adjacent columns of it (_row_columns; for many rows on 8192-column tiles,
@@ -87,6 +88,8 @@ _GATHERED_STORE_MAX_TILE = Constant(4096)
 _COUNTER_WORDS = Constant(32)
 #: row_layout: the narrowest row tile whose many-rows launches spread each thread's columns over the tile
 _SPREAD_MIN_TILE = 8192
+#: the widest candidate tile _finish_by_ranks takes: a candidate's two counts share an int32, 16 bits each
+_RANK_FINISH_MAX_CAP = Constant(256)
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -183,12 +186,38 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
+def _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP: tl.constexpr):
+    """A terminal state in one step from a tile holding the n keys inside [lo, hi] while need = k_eff - above of
+    them are to be taken, 1 <= need < n <= CAP: `cand` uint32 [CAP], those keys in any order, then 0 (empty); the
+    same keys at cand_row (int32 bits). Each candidate counts the candidates larger than it and equal to it
+    (compares of RANK_CHUNK candidates at a time, read again from cand_row); the need-th largest key, t, is the
+    least candidate with fewer than need larger ones, and the candidates equal to t share its counts: one min
+    reduction of (key, counts) packed in 64 bits finds both. Returns (t, t, keys >= t, keys > t), `above` counted:
+    the rounds of _finish_on_tile in one step. Counts, not places: the tile's order does not matter."""
+    tl.static_assert(CAP <= _RANK_FINISH_MAX_CAP, "a candidate's two counts share an int32")
+    RANK_CHUNK: tl.constexpr = 32   # [CAP, 32] compares at a time: the whole [CAP, CAP] tile spills
+    a = cand[:, None]
+    counts = tl.zeros([CAP], dtype=tl.int32)   # larger | equal << 16
+    for c in tl.static_range(0, CAP, RANK_CHUNK):
+        j = c + tl.arange(0, RANK_CHUNK)
+        b = tl.load(cand_row + j, mask=j < n, other=0).to(tl.uint32, bitcast=True)[None, :]
+        counts += tl.sum(tl.where(b > a, 1, tl.where(b == a, 1 << 16, 0)), 1)
+    packed = (cand.to(tl.uint64) << 32) | counts.to(tl.uint64)
+    least = tl.min(tl.where((cand != 0) & ((counts & 0xFFFF) < k_eff - above), packed, 0xFFFFFFFFFFFFFFFF), 0)
+    t = (least >> 32).to(tl.int64)
+    larger = (least & 0xFFFF).to(tl.int32)
+    equal = ((least >> 16) & 0xFFFF).to(tl.int32)
+    return t, t, above + larger + equal, above + larger
+
+
+@triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
-                     SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr):
+                     SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr, RANK_FINISH: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
-    SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter."""
+    SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter. The candidate tile is
+    finished by _finish_by_ranks with RANK_FINISH, else by rounds of 2^PROBE_BITS - 1 probes."""
     tl.store(cand_row + CAP, 0)   # the narrowing's reductions pass barriers before the compaction adds to it
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
@@ -206,8 +235,12 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
                  mask=_scatter_view(inside, THREADS, VEC))
         tl.debug_barrier()   # the candidates were stored by other threads
         slots = tl.arange(0, CAP)
-        cand = tl.load(cand_row + slots, mask=slots < ge_lo - above, other=0).to(tl.uint32, bitcast=True)
-        lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+        n = ge_lo - above
+        cand = tl.load(cand_row + slots, mask=slots < n, other=0).to(tl.uint32, bitcast=True)
+        if RANK_FINISH:
+            lo, hi, ge_lo, above = _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP)
+        else:
+            lo, hi, ge_lo, above = _finish_on_tile(cand, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     if (TILE <= _GATHERED_STORE_MAX_TILE) and (VEC == 4) and (TILE // (VEC * THREADS) > 1):
         if ge_lo == k_eff:
             _store_gathered_from(key, base, lo, out_row, TILE, THREADS, VEC)
@@ -266,6 +299,7 @@ def _columns_row_kernel(
     CAP: tl.constexpr,    # candidate tile
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
+    RANK_FINISH: tl.constexpr,   # FastTiling.rank_finish: the candidate tile finished by ranks, not rounds
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -284,22 +318,22 @@ def _columns_row_kernel(
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
         _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
             _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
         elif TIERS == 2:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
         elif end - base > TILE_W // 4:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
         else:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
 
 
 @triton.jit
@@ -395,7 +429,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
             **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-            num_warps=tiling.num_warps,
+            RANK_FINISH=tiling.rank_finish, num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
     gsize = group_size(width, tiling.tile_w)
@@ -478,6 +512,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                             aligned=(*_COLUMNS_ROW_TYPES, *ints),
                             constexprs=common | {"TILE_W": tile, "TIERS": tiers,
                                                  "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
+                                                 "RANK_FINISH": tiling.rank_finish,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)

@@ -19,6 +19,12 @@ COLUMNS_ROW_CAP = 128
 #: one tile (docs/perf/h200-topk.md, "Adjacent columns per thread")
 COLUMNS_MAXNREG = {2: 128, 3: 80, 4: 64}
 COLUMNS_SHARED_TIERS = 2
+#: NVIDIA, the on-chip column-order kernel at COLUMNS_RANK_PER_SM programs per SM on row tiles wider than 4096
+#: columns: a candidate tile of COLUMNS_RANK_CAP keys, finished by ranks instead of rounds of probes; faster there
+#: on the 8192 causal rows, slower for one program a row and level or slower on 4096-column tiles and at two programs
+#: per SM (docs/perf/h200-topk.md, "The candidate tile finished by ranks")
+COLUMNS_RANK_PER_SM = 3
+COLUMNS_RANK_CAP = 64
 #: NVIDIA, the on-chip column-order kernel with at most one row per SM: COLUMNS_WIDE_TILE_WARPS warps a program on
 #: row tiles of COLUMNS_WIDE_TILE columns, faster than 8 at k = 2048 on the H200; slower on 4096-column tiles (which
 #: keep radix_fast's), at k = 64 and on ReLU-degenerate rows (docs/perf/h200-topk.md, "Sixteen warps for one program
@@ -37,7 +43,8 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
     """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
     GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the register cap of
-    COLUMNS_MAXNREG for its programs per SM), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
+    COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one
+    tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     if width > tiling.tile_w:
         return tiling
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
@@ -48,6 +55,8 @@ def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: boo
         wide = nvidia and radix_fast.row_tile(width) >= COLUMNS_WIDE_TILE
         return dataclasses.replace(tiling, maxnreg=None, tiers=1,
                                    num_warps=COLUMNS_WIDE_TILE_WARPS if wide else tiling.num_warps)
+    if nvidia and per_sm == COLUMNS_RANK_PER_SM and radix_fast.row_tile(width) > 4096:
+        tiling = dataclasses.replace(tiling, cap=COLUMNS_RANK_CAP, rank_finish=True)
     return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm] if nvidia else None,
                                tiers=COLUMNS_SHARED_TIERS)
 

@@ -328,6 +328,12 @@ def test_column_order_programs_per_sm():
     assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
     assert tiling(8192, sms=0).maxnreg is None and tiling(8192, width=8193).maxnreg is None
     assert tiling(8192, by_value=True).maxnreg == radix_fast.SHARED_SM_MAXNREG
+    # the candidate tile by ranks: NVIDIA at three programs per SM on tiles wider than 4096 columns only
+    ranks = (topk_fast.COLUMNS_RANK_CAP, True)
+    assert (tiling(8192).cap, tiling(8192).rank_finish) == (tiling(2 * sms + 1, width=5000).cap, True) == ranks
+    for other in (tiling(64), tiling(2 * sms), tiling(8192, width=4096), tiling(8192, nvidia=False),
+                  tiling(8192, sms=0), tiling(8192, by_value=True)):
+        assert not other.rank_finish and other.cap in (topk_fast.COLUMNS_ROW_CAP, radix_fast.ROW_CAP)
     # AMD: the tiers from more than one row per CU, 8 warps, never a cap
     amd = [tiling(rows, nvidia=False) for rows in (sms, sms + 1, 8192)]
     assert [(t.tiers, t.maxnreg, t.num_warps) for t in amd] == [(1, None, 8), (2, None, 8), (2, None, 8)]
@@ -448,9 +454,11 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
     return np.where(key == top, -1, key).astype(np.int32)
 
 
-# the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile, many
-# rows in three tiers, the long path with a small candidate tile and with a tiny one (streaming fallback)
-COLUMN_TILINGS = ("launcher", "row_tiny_cap", "long", "long_tiny_cap")
+# the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile finished
+# by rounds and by ranks, the long path with a small candidate tile and with a tiny one (streaming fallback)
+COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap")} | {
+    "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
+                            rank_finish=True)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -505,7 +513,7 @@ def test_column_order_matches_sim(case: Case, tiling: str, device):
     x = _rowwise(case, rng) if case.values == "rowwise" else _logits(case, rng)
     starts, ends = _clamped_ranges(case)
     want = in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends))
-    got = _columns(x, case, TILINGS[tiling], device)
+    got = _columns(x, case, COLUMN_TILINGS[tiling], device)
     assert_exact(got, want, f"column-order top-k ({case.name}, {tiling})",
                  context=lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})")
 
@@ -523,15 +531,18 @@ def test_column_order_row_tiers(case: Case, device, monkeypatch):
                  f"column-order top-k ({case.name}, tiers)")
 
 
-def test_column_order_with_amd_many_rows_constants(device):
-    """The column-order launch AMD takes for many rows (more than one row per CU; NVIDIA's many-rows launch has the
-    same constexprs and adds a register cap): two tiers of 8192 / 4096 columns, the 8192-column tile indexed as 1024
-    runs of 8 adjacent columns in groups of 4 (THREADS 1024, VEC 4: the spread layout, which the row-tier tests'
-    narrower tiles do not reach). Rows in both tiers, ragged starts, a short row written directly; the oracle's
-    selection in column order."""
+@pytest.mark.parametrize("target", [Target.AMD, Target.NVIDIA], ids=str)
+def test_column_order_with_many_rows_constants(target: Target, device):
+    """The column-order launch AMD and NVIDIA take for three rows per SM (CU): two tiers of 8192 / 4096 columns, the
+    8192-column tile indexed as 1024 runs of 8 adjacent columns in groups of 4 (THREADS 1024, VEC 4: the spread
+    layout, which the row-tier tests' narrower tiles do not reach); on NVIDIA a register cap (not modelled by the
+    interpreter) and the candidate tile of COLUMNS_RANK_CAP finished by ranks. Rows in both tiers, ragged starts,
+    a short row written directly; the oracle's selection in column order."""
     cus = 4
-    tiling = topk_fast._tiling(Target.AMD, 8192, 100, 3 * cus, cus, False)
-    assert (tiling.tiers, tiling.maxnreg) == (topk_fast.COLUMNS_SHARED_TIERS, None)
+    tiling = topk_fast._tiling(target, 8192, 100, 3 * cus, cus, False)
+    nvidia = target is Target.NVIDIA
+    assert (tiling.tiers, tiling.maxnreg is None, tiling.rank_finish) == (topk_fast.COLUMNS_SHARED_TIERS, not nvidia,
+                                                                          nvidia)
     assert column_order.row_layout(tiling, 8192, 2, True) == {"THREADS": 1024, "VEC": 4}
     k = 100
     starts = np.array([0, 37, 4100, 1000, 8000], dtype=np.int32)
@@ -544,7 +555,7 @@ def test_column_order_with_amd_many_rows_constants(device):
     column_order.launch_columns(torch.from_numpy(x).to(device), torch.from_numpy(ends).to(device),
                                 torch.from_numpy(starts).to(device), out, tiling)
     assert_exact(out.cpu().numpy(), in_column_order(sim_top_k(x, k, starts=starts, ends=ends)),
-                 "column order, AMD's many-rows constants")
+                 f"column order, {target}'s many-rows constants")
 
 
 #: cases with launch constants drawn from fixed seeds, combinations the named tilings above do not list: seed % 4
@@ -704,8 +715,10 @@ def test_column_order_scratch_is_never_trusted(device, monkeypatch):
     x = _logits(case, np.random.default_rng(11))
     starts, ends = _clamped_ranges(case)
     want = in_column_order(sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends))
-    for name in COLUMN_TILINGS[1:]:
-        assert_exact(_columns(x, case, TILINGS[name], device), want, f"column-order top-k, poisoned scratch ({name})")
+    for name, tiling in COLUMN_TILINGS.items():
+        if tiling is None:
+            continue
+        assert_exact(_columns(x, case, tiling, device), want, f"column-order top-k, poisoned scratch ({name})")
 
 
 def _gpu_rows(width: int, rows: int, seed: int) -> np.ndarray:
@@ -746,10 +759,12 @@ def test_column_order_wide_rows_gpu(width: int):
 
 @pytest.mark.gpu
 def test_column_order_many_wide_rows_gpu():
-    """More rows of 8192 columns than SMs (two or three programs an SM, each row tile spread over the threads in
-    groups of 4: column_order.row_layout), full, shortened and ragged: sim's selection in column order."""
+    """Three rows of 8192 columns per SM (three programs an SM, each row tile spread over the threads in groups of
+    4: column_order.row_layout; the candidate tile finished by ranks), full, shortened and ragged: sim's selection
+    in column order."""
     width, k = 8192, 2048
     rows = 3 * torch.cuda.get_device_properties(0).multi_processor_count
+    assert topk_fast._tiling(Target.NVIDIA, width, k, rows, rows // 3, False).rank_finish
     x = _gpu_rows(width, rows, 11)
     rng = np.random.default_rng(11)
     ends = rng.choice(np.array([width, width - 5, 5000, k + 1, k, 17, 0]), rows)
@@ -775,7 +790,8 @@ def test_column_order_causal_rows_gpu():
 
 #: (width, lengths, starts, k, launch settings) of test_hostile_rows_gpu: lengths 0, 1, k - 1, k, k + 1, past W,
 #: negative and 2^31 - 1; ragged starts (negative, past the end); k = 1; a tiny candidate tile on chip, a candidate
-#: tile the long path's ties overflow (its streaming rounds), the tiered many-rows kernel on few rows
+#: tile the long path's ties overflow (its streaming rounds), the tiered many-rows kernel on few rows (also as
+#: three programs an SM take it: the candidate tile finished by ranks)
 HOSTILE_GPU = [
     (w, (w, w + 100, 2049, 2048, 2047, 1, 0, -5, w // 2, 2 ** 31 - 1), None, 2048, None) for w in (8192, 20000, 70000)
 ] + [
@@ -787,6 +803,9 @@ HOSTILE_GPU = [
     (20000, (20000, 19000, 2049, 9000, 15000, 1), None, 2048, {"cap": 1024}),
     (8192, (8192, 4100, 4096, 2100, 2049, 2048, 1, 0, 7000, 3000, 1500, 8191),
      (0, 3, 5, 17, 0, 0, 0, 0, 1000, 2000, 100, 1), 2048, {"tiers": 3, "maxnreg": 128}),
+    (8192, (8192, 4100, 4096, 2100, 2049, 2048, 1, 0, 7000, 3000, 1500, 8191),
+     (0, 3, 5, 17, 0, 0, 0, 0, 1000, 2000, 100, 1), 2048,
+     {"tiers": 2, "maxnreg": 80, "cap": 64, "rank_finish": True}),
 ]
 
 
