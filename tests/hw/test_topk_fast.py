@@ -760,8 +760,8 @@ def test_column_order_wide_rows_gpu(width: int):
 @pytest.mark.gpu
 def test_column_order_many_wide_rows_gpu():
     """Three rows of 8192 columns per SM (three programs an SM, each row tile spread over the threads in groups of
-    4: column_order.row_layout; the candidate tile finished by ranks), full, shortened and ragged: sim's selection
-    in column order."""
+    4: column_order.row_layout; on NVIDIA the candidate tile finished by ranks), full, shortened and ragged: sim's
+    selection in column order."""
     width, k = 8192, 2048
     rows = 3 * torch.cuda.get_device_properties(0).multi_processor_count
     assert topk_fast._tiling(Target.NVIDIA, width, k, rows, rows // 3, False).rank_finish
