@@ -50,12 +50,13 @@ def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: boo
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling
-    per_sm = min(-(-rows // sms), 3 if radix_fast.row_tile(width) > 4096 else 4)
+    tile = radix_fast.row_tile(width)
+    per_sm = min(-(-rows // sms), 3 if tile > 4096 else 4)
     if per_sm <= 1:
-        wide = nvidia and radix_fast.row_tile(width) >= COLUMNS_WIDE_TILE
+        wide = nvidia and tile >= COLUMNS_WIDE_TILE
         return dataclasses.replace(tiling, maxnreg=None, tiers=1,
                                    num_warps=COLUMNS_WIDE_TILE_WARPS if wide else tiling.num_warps)
-    if nvidia and per_sm == COLUMNS_RANK_PER_SM and radix_fast.row_tile(width) > 4096:
+    if nvidia and per_sm == COLUMNS_RANK_PER_SM and tile > 4096:
         tiling = dataclasses.replace(tiling, cap=COLUMNS_RANK_CAP, rank_finish=True)
     return dataclasses.replace(tiling, maxnreg=COLUMNS_MAXNREG[per_sm] if nvidia else None,
                                tiers=COLUMNS_SHARED_TIERS)
