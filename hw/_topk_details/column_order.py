@@ -213,20 +213,25 @@ def _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP: tl.constexpr):
 @triton.jit
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
-                     SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr, RANK_FINISH: tl.constexpr):
+                     SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr, RANK_FINISH: tl.constexpr,
+                     SHARED_SM: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
     SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter. The candidate tile is
-    finished by _finish_by_ranks with RANK_FINISH, else by rounds of 2^PROBE_BITS - 1 probes."""
+    finished by _finish_by_ranks with RANK_FINISH, else by rounds of 2^PROBE_BITS - 1 probes. SHARED_SM: the launch
+    has more rows than SMs (TIERS > 1)."""
     tl.store(cand_row + CAP, 0)   # the narrowing's reductions pass barriers before the compaction adds to it
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
-    # JOINED (True): the ends and moments as two-column reductions (_narrow_on_row says why here only)
-    total, squares = _moments(x, visible, True)
+    # JOINED (True): the ends and moments as two-column reductions (_narrow_on_row says why here only). SHARED_SM:
+    # the moments of the loaded tile as it is (beside the visible columns at most VEC - 1 at either end of the visible
+    # range, _load_mask: they move only the fit's guess, never a result) and the ends without `visible`, two selects
+    # a column fewer (docs/perf/h200-topk.md, "Two selects a column fewer for many rows")
+    total, squares = _moments(x if SHARED_SM else tl.where(visible, x, 0.0), True)
     key = _order_key(x, visible)
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, end - start, k_eff, total, squares, CAP, SECANT_ROUNDS, 0,
-                                          SPREAD, True)
+    lo, hi, ge_lo, above = _narrow_on_row(key, None if SHARED_SM else visible, end - start, k_eff, total, squares,
+                                          CAP, SECANT_ROUNDS, 0, SPREAD, True)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         # the tile rounds only count: slots in any order, no scan across the threads
@@ -318,22 +323,22 @@ def _columns_row_kernel(
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
         _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
             _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         elif TIERS == 2:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         elif end - base > TILE_W // 4:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         else:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
 
 
 @triton.jit

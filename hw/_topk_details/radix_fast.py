@@ -332,11 +332,10 @@ def _sums(a, squares_a, b, squares_b):
 
 
 @triton.jit
-def _moments(x, visible, JOINED: tl.constexpr):
-    """(sum, sum of squares) of the fp32 tile `x` where `visible`, in one reduction: _normal_guess's fit of a row.
-    JOINED: as the built-in sum of a two-column tile (tl.join), else a reduction of two operands (_narrow_on_row's
-    JOINED says where each is faster)."""
-    v = tl.where(visible, x, 0.0)
+def _moments(v, JOINED: tl.constexpr):
+    """(sum, sum of squares) of the fp32 tile `v` (0.0 where the fit is not to see a value), in one reduction:
+    _normal_guess's fit of a row. JOINED: as the built-in sum of a two-column tile (tl.join), else a reduction of two
+    operands (_narrow_on_row's JOINED says where each is faster)."""
     if JOINED:
         return tl.split(tl.sum(tl.join(v, v * v), 0))
     else:
@@ -385,7 +384,8 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
                    SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr):
-    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`; n visible, k_eff >= 1; their values'
+    """Narrow a tile holding every key of a row (uint32, 0 where not `visible`, which may be None with JOINED; n
+    visible, k_eff >= 1; their values'
     _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
     (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
     module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
@@ -404,10 +404,18 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place).
 
     JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of the keys and of
-    the visible keys' complements, tl.join) instead of a min and a max, as _moments then: faster in the column-order
-    row kernel on the H200, not in _tau_kernel or the sorted form's row kernel (docs/perf/h200-topk.md, "The row's
-    ends and moments as two-column reductions")."""
-    if JOINED:
+    the visible keys' complements, tl.join; with `visible` None, of the keys' negations, which needs no select) instead
+    of a min and a max, as _moments then: faster in the column-order row kernel on the H200, not in _tau_kernel or
+    the sorted form's row kernel (docs/perf/h200-topk.md, "The row's ends and moments as two-column reductions")."""
+    if JOINED and visible is None:
+        # the least key from the largest negation, 2^32 - key, or 0 for the invisible keys (which are 0, below every
+        # visible key): no select a column; ^ _FLIP and + 1, not -: triton 3.8's interpreter cannot negate unsigned
+        # integers
+        hi_key, neg_lo = tl.split(tl.max(tl.join(key, (key ^ _FLIP) + 1), 0))
+        neg_lo = neg_lo.to(tl.int64)
+        lo = tl.where(neg_lo == 0, _KEY_MAX, (1 << 32) - neg_lo)
+        hi = hi_key.to(tl.int64)
+    elif JOINED:
         # ^ _FLIP, not ~: triton 3.8's interpreter cannot invert unsigned integers
         hi_key, not_lo = tl.split(tl.max(tl.join(key, tl.where(visible, key ^ _FLIP, 0)), 0))
         lo = (not_lo ^ _FLIP).to(tl.int64)
@@ -659,7 +667,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=visible, other=0.0)
-    total, squares = _moments(x, visible, False)
+    total, squares = _moments(x, False)   # 0.0 where not visible
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
                                           SECANT_ROUNDS, 0, 0, False)
@@ -799,7 +807,7 @@ def _tau_kernel(
     g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
-    total, squares = _moments(_key_value(gmax), gmax > 0, False)
+    total, squares = _moments(tl.where(gmax > 0, _key_value(gmax), 0.0), False)
     tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
                                   CAP // _TAU_SLACK_DIV, 0, False)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)

@@ -172,7 +172,7 @@ def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOI
     visible = tl.load(visible_ptr + tl.arange(0, N)) != 0
     key = _order_key(x, visible)
     n = tl.sum(visible.to(tl.int32), 0)
-    total, squares = _moments(x, visible, JOINED)
+    total, squares = _moments(tl.where(visible, x, 0.0), JOINED)
     # CAP = N: no round runs, the state is the least and largest visible keys, n and 0
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, n, n * 0 + 1, total, squares, N, 8, 0, 0, JOINED)
     tl.store(out_ptr, lo)
