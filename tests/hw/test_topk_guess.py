@@ -167,14 +167,17 @@ def test_bracket_round_keeps_the_kth_key(k_eff, case, device):
 
 
 @triton.jit
-def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOINED: tl.constexpr):
+def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOINED: tl.constexpr,
+                  NEGATED: tl.constexpr):
     x = tl.load(x_ptr + tl.arange(0, N))
     visible = tl.load(visible_ptr + tl.arange(0, N)) != 0
     key = _order_key(x, visible)
     n = tl.sum(visible.to(tl.int32), 0)
     total, squares = _moments(tl.where(visible, x, 0.0), JOINED)
     # CAP = N: no round runs, the state is the least and largest visible keys, n and 0
-    lo, hi, ge_lo, above = _narrow_on_row(key, visible, n, n * 0 + 1, total, squares, N, 8, 0, 0, JOINED)
+    # NEGATED: `visible` None, the least key from the keys' negations (the many-rows column kernel's form)
+    lo, hi, ge_lo, above = _narrow_on_row(key, None if NEGATED else visible, n, n * 0 + 1, total, squares, N, 8, 0,
+                                          0, JOINED)
     tl.store(out_ptr, lo)
     tl.store(out_ptr + 1, hi)
     tl.store(out_ptr + 2, ge_lo.to(tl.int64))
@@ -183,12 +186,13 @@ def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOI
     tl.store(moments_ptr + 1, squares)
 
 
-@pytest.mark.parametrize("joined", [False, True])
+@pytest.mark.parametrize("joined", [False, True, "negated"])
 @pytest.mark.parametrize("case", ["normal", "extremes", "one visible", "none visible", "nan and infinities",
                                   "negative zero"])
 def test_row_ends_and_moments(case, joined, device):
     """The least and largest visible keys (invisible entries hold values beyond both) and the visible values' sum and
-    sum of squares, in both forms (JOINED: two-column reductions), against NumPy."""
+    sum of squares, in the three forms (JOINED: two-column reductions; "negated": those without `visible`, the least
+    key from the keys' negations), against NumPy."""
     rng = np.random.default_rng(len(case))
     x = rng.standard_normal(256).astype(np.float32)
     visible = rng.random(256) < 0.7
@@ -210,7 +214,7 @@ def test_row_ends_and_moments(case, joined, device):
     out = torch.zeros(4, dtype=torch.int64, device=device)
     moments = torch.zeros(2, dtype=torch.float32, device=device)
     _start_kernel[(1,)](torch.tensor(x, device=device), torch.tensor(visible.astype(np.int32), device=device), out,
-                        moments, N=256, JOINED=joined)
+                        moments, N=256, JOINED=bool(joined), NEGATED=joined == "negated")
     lo, hi, ge_lo, above = out.tolist()
     keys = [_key(v) for v in x[visible]]
     # nothing visible: the least key stays at the largest key there is, the largest at that of nothing visible
