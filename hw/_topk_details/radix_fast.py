@@ -385,11 +385,10 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
                    SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`, which may be None with JOINED; n
-    visible, k_eff >= 1; their values'
-    _moments total and squares) until the state is terminal or at most CAP keys are inside, or with SLACK > 0
-    (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns (lo, hi, ge_lo, above) of the
-    module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff + SLACK) they are the least and
-    largest keys, n and 0.
+    visible, k_eff >= 1; their values' _moments total and squares) until the state is terminal or at most CAP keys
+    are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns
+    (lo, hi, ge_lo, above) of the module docstring. When n already stops the rounds (n <= k_eff, or n <= k_eff +
+    SLACK) they are the least and largest keys, n and 0.
 
     The interval starts at the row's least and largest keys (no round is spent above or below them). The first round
     probes where the count would reach its target if the values were normal with their mean and variance
