@@ -229,7 +229,7 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     # range, _load_mask: they move only the fit's guess, never a result) and the ends without `visible`, two selects
     # a column fewer (docs/perf/h200-topk.md, "Two selects a column fewer for many rows")
     total, squares = _moments(x if SHARED_SM else tl.where(visible, x, 0.0), True)
-    key = _order_key(x, visible)
+    key = _order_key(x, visible, SHARED_SM)
     lo, hi, ge_lo, above = _narrow_on_row(key, None if SHARED_SM else visible, end - start, k_eff, total, squares,
                                           CAP, SECANT_ROUNDS, 0, SPREAD, True)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
