@@ -253,29 +253,36 @@ def _prefill_case(kv_dtype, *, variant, inner, replays, **shape):
     return {"format": kv_dtype, "causal": shape["causal"], "time_us": us, "TFLOPs": flops / us / 1e6}
 
 
-def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False, sorted: bool = True):
+def _topk_case(*, variant, rows, width, k, inner, replays, causal: bool = False, sorted: bool = True,
+               input_sets: int = INPUT_SETS):
     """Top-k of `rows` N(0, 1) rows of `width` columns, every column visible, or with causal row i seeing its first
     i + 1 + width - rows (the rows of the hook's prefill of one prompt), sorted or in column order; torch.topk of
-    the same rows (-inf past the visible columns) in the same run, sorted (the ratio's reference) and not."""
+    the same rows (-inf past the visible columns) in the same run, sorted (the ratio's reference) and not. The calls
+    cycle over `input_sets` input sets (seeds 0, 1, ...): one launch lasts as long as its slowest row, and one set
+    would time a single draw of it (docs/perf/h200-topk.md, "The bench's top-k rows over four input sets")."""
     import torch
 
     import hw
 
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    logits = torch.randn(rows, width, device="cuda", generator=gen)
+    sets = []
+    for seed in range(input_sets):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        sets.append(torch.randn(rows, width, device="cuda", generator=gen))
     if causal:
         lengths = torch.arange(width - rows + 1, width + 1, dtype=torch.int32, device="cuda").clamp(min=0)
-        padded = logits.masked_fill(torch.arange(width, device="cuda") >= lengths[:, None], float("-inf"))
+        hidden = torch.arange(width, device="cuda") >= lengths[:, None]
+        padded = [logits.masked_fill(hidden, float("-inf")) for logits in sets]
     else:
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-        padded = logits
-    ours = graph_time_us([lambda: hw.top_k_per_row(logits, lengths, k, sorted=sorted, variant=variant)],
+        padded = sets
+    ours = graph_time_us([lambda x=x: hw.top_k_per_row(x, lengths, k, sorted=sorted, variant=variant) for x in sets],
                          inner=inner, replays=replays)
-    ref = graph_time_us([lambda: torch.topk(padded, k, dim=1)], inner=inner, replays=replays)
-    ref_unsorted = graph_time_us([lambda: torch.topk(padded, k, dim=1, sorted=False)], inner=inner, replays=replays)
+    ref = graph_time_us([lambda x=x: torch.topk(x, k, dim=1) for x in padded], inner=inner, replays=replays)
+    ref_unsorted = graph_time_us([lambda x=x: torch.topk(x, k, dim=1, sorted=False) for x in padded], inner=inner,
+                                 replays=replays)
     return {"variant": variant, "rows": rows, "width": width, "k": k, "causal": causal,
-            "order": "value" if sorted else "column", "time_us": ours, "torch_topk_us": ref,
-            "torch_unsorted_us": ref_unsorted, "vs_torch": ours / ref}
+            "order": "value" if sorted else "column", "input_sets": input_sets, "time_us": ours,
+            "torch_topk_us": ref, "torch_unsorted_us": ref_unsorted, "vs_torch": ours / ref}
 
 
 def _table(rows, columns):
@@ -393,8 +400,8 @@ def bench(batch, next_n, heads, head_dim, context, page_size, prefill_queries, p
     for by_value in ((True, False) if prefill_step and topk_k else ()):   # the rows of the hook's prefill
         click.echo(f"top-k {default.name} {prefill_step} causal rows ({'sorted' if by_value else 'columns'}) ...",
                    err=True)
-        topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k, inner=3,
-                               replays=replays, causal=True, sorted=by_value))
+        topk.append(_topk_case(variant=default.name, rows=prefill_step, width=prefill_step, k=topk_k,
+                               inner=INPUT_SETS, replays=replays, causal=True, sorted=by_value))
     ceil["sm_clock_end_MHz"] = sm_clock_MHz()
     clocks = [ceil["sm_clock_start_MHz"], ceil["sm_clock_end_MHz"]]
     ways = ", ".join(f"{k} {v:.0f}" for k, v in ceil["copy_ways_GBps"].items())
