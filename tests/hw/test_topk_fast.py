@@ -43,6 +43,7 @@ class Case:
     k: int
     lengths: tuple[int, ...]              # one per row; may be < 0 or > width (the kernels clamp)
     values: str = "normal"   # "normal" | "ties" | "special" | "ascending" | "equal" | "edges" | "relu" | "spread"
+    #                          | "misfit"
     starts: tuple[int, ...] | None = None
     row_gap: int = 0                      # extra (poisoned) elements between rows: row stride = width + row_gap
 
@@ -115,6 +116,11 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
         x = np.where(cluster == 1, 1e30 + rng.integers(0, 3, (rows, stride)) * 1e24, x)
         x = np.where(cluster == 2, rng.integers(1, 4, (rows, stride)) * 1e-45, x)
         x = np.clip(x, -3e38, 3e38).astype(np.float32)
+    elif case.values == "misfit":   # a normal fit's bracket misses the k-th key: heavier tails, then lighter
+        w = rng.random((rows, 8, 1))
+        x = (w * np.maximum(rng.standard_normal((rows, 8, stride)), 0)).sum(1)   # like the decode step's logits
+        x[rows // 2:] = rng.random((rows - rows // 2, stride))                  # uniform
+        x = x.astype(np.float32)
     else:
         x = np.full((rows, stride), 0.75, dtype=np.float32)
     starts, ends = _clamped_ranges(case)
@@ -487,6 +493,8 @@ COLUMN_CASES = [
     Case("relu_zeros", 3000, 2048, (3000, 2800, 2049, 2048, 1500, 400), values="relu"),
     Case("relu_positive", 3000, 300, (3000, 2999, 1700, 301), values="relu"),
     Case("spread", 3000, 700, (3000, 2999, 1500, 701, 702), values="spread"),
+    # tails heavier and lighter than a normal fit's: one program a row's bracket about its quantile misses
+    Case("misfit", 4000, 900, (4000, 4000, 3999, 3000, 4000, 4000, 3500, 2000), values="misfit"),
 ]
 
 
