@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import triton
 
+from ..checks import triton_version
 from ..isa_spec import CompileSpec
 from ..targets import LaunchSettings
 from .kernel import top_k_per_row_kernel
@@ -20,6 +21,10 @@ MIN_K_PAD = 16     # smallest sort width (tiny k share one compiled variant)
 # BLOCK 1024..8192 x 4/8/16 warps at k = 2048 and several row shapes (docs/perf/h200-first-numbers.md)
 BLOCK = 4096
 PER_ROW_WARPS = 8
+#: NVIDIA under triton 3.8 only: top_k_per_row_kernel's register cap. Given that version's PTX, ptxas takes 80
+#: registers and spills 8-48 bytes a thread at k = 64 and at ragged k = 2048; under 112 it takes 95-96 and none.
+#: Under triton 3.6, 3.7 and 3.9 it spills under a cap and not without (docs/perf/isa-sm90-triton3.8.md)
+PER_ROW_MAXNREG = 112 if triton_version()[:2] == (3, 8) else None
 
 # top_k_rows_kernel under the interpreter, where every Triton op is a few NumPy calls on the whole tile: tiles of
 # up to TILE_ELEMS logits (rows x columns) and ranking comparisons of up to RANK_ELEMS (rows x K_PAD x RANK_CHUNK,
@@ -57,6 +62,7 @@ def _spec(k: int, has_starts: bool) -> CompileSpec:
         types={"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "out_ptr": "*i32"},
         constexprs={"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "BLOCK": BLOCK},
         num_warps=PER_ROW_WARPS,
+        maxnreg=PER_ROW_MAXNREG,
     )
 
 

@@ -461,7 +461,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
         CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, BLOCK=tiling.block,
-        num_warps=tiling.num_warps, **common, PDL=False)
+        num_warps=tiling.num_warps, **({} if tiling.finish_maxnreg is None else {"maxnreg": tiling.finish_maxnreg}),
+        **common, PDL=False)
 
 
 def vectors(logits: torch.Tensor) -> bool:
@@ -527,6 +528,6 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "CHUNK_IDS": True, "PDL": tiling.pdl}),
         CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
-                    num_warps=tiling.num_warps, targets=targets,
+                    num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))

@@ -31,6 +31,11 @@ COLUMNS_RANK_CAP = 64
 #: a row")
 COLUMNS_WIDE_TILE = 8192
 COLUMNS_WIDE_TILE_WARPS = 16
+#: NVIDIA, the column-order long path's finishing kernel under this register cap when a candidate chunk holds several
+#: groups (rows of up to 2^23 columns): given triton 3.8's PTX, ptxas otherwise takes 64 registers and spills 16-56
+#: bytes a thread at every such width; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
+#: chunk (the widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
+COLUMNS_LONG_FINISH_MAXNREG = 128
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -41,12 +46,14 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 
 
 def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
-    """The column-order launch constants: radix_fast's, with COLUMNS_ROW_CAP on the on-chip path and, when the
-    GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the register cap of
-    COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one
-    tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
+    """The column-order launch constants: radix_fast's, on the long path with the finish's COLUMNS_LONG_FINISH_MAXNREG
+    (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP and, when the GPU's SMs are
+    known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the register cap of COLUMNS_MAXNREG
+    for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one tile (on NVIDIA in
+    COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     if width > tiling.tile_w:
-        return tiling
+        several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
+        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None)
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling

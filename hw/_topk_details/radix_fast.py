@@ -146,6 +146,7 @@ class FastTiling(LaunchSettings):
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
     lanes: int = 32                  # threads of a warp on the target (Target.lanes): column_order's row tile
     rank_finish: bool = False        # column order on chip: the candidate tile finished by ranks (cap <= 256)
+    finish_maxnreg: int | None = None  # register cap of column order's long finish (NVIDIA; None: ptxas chooses)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,

@@ -12,7 +12,7 @@ import torch
 import triton
 
 from ..targets import LaunchSettings, Op, Target, Variant
-from . import BLOCK, MAX_K, PER_ROW_WARPS, RowsTiling, _spec, k_pad, rows_tiling
+from . import BLOCK, MAX_K, PER_ROW_MAXNREG, PER_ROW_WARPS, RowsTiling, _spec, k_pad, rows_tiling
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
 ALL_TARGETS = frozenset(Target)
@@ -38,6 +38,7 @@ class TopKCall:
 class PerRowSettings(LaunchSettings):
     block: int          # columns per chunk of the streaming passes
     num_warps: int
+    maxnreg: int | None = None   # NVIDIA's register cap (None: ptxas chooses)
 
 
 def in_column_order(out: torch.Tensor) -> None:
@@ -52,7 +53,7 @@ def _launch_per_row(call: TopKCall, s: PerRowSettings) -> None:
     top_k_per_row_kernel[(logits.shape[0],)](
         logits, call.lengths if starts is None else starts, call.lengths, call.out, logits.shape[1],
         logits.stride(0), call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), BLOCK=s.block,
-        num_warps=s.num_warps)
+        num_warps=s.num_warps, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}))
     if not call.sorted:
         in_column_order(call.out)
 
@@ -69,7 +70,9 @@ def _launch_rows_tile(call: TopKCall, s: RowsTiling) -> None:
 
 PER_ROW = Variant(
     name="per_row", op=Op.TOPK, kv_dtype=None, targets=ALL_TARGETS,
-    settings=lambda target, call: PerRowSettings(BLOCK, PER_ROW_WARPS), launch=_launch_per_row, precision=None,
+    settings=lambda target, call: PerRowSettings(BLOCK, PER_ROW_WARPS,
+                                                 PER_ROW_MAXNREG if target is Target.NVIDIA else None),
+    launch=_launch_per_row, precision=None,
     # decode (lengths only) at the reference k and a small k; ragged prefill at the reference k
     isa_specs=lambda: (_spec(MAX_K, False), _spec(64, False), _spec(MAX_K, True)),
     summary="one program per row: radix select, compaction, tl.sort of the selected (sorted=False: then a device "

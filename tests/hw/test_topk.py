@@ -22,7 +22,17 @@ import torch
 import triton
 
 import hw
-from hw._topk_details import BLOCK, MAX_K, RANK_ELEMS, TILE_ELEMS, RowsTiling, k_pad, rows_tiling
+from hw._topk_details import (
+    BLOCK,
+    MAX_K,
+    PER_ROW_MAXNREG,
+    RANK_ELEMS,
+    TILE_ELEMS,
+    RowsTiling,
+    _spec,
+    k_pad,
+    rows_tiling,
+)
 from hw._topk_details.radix_fast import FAST_MAX_WIDTH
 from hw.targets import Op, Target
 from hw.variants import select, variants
@@ -245,3 +255,13 @@ def test_rejects_bad_input(bad: Bad, device):
     args.update(bad.change(device))
     with pytest.raises(ValueError, match=bad.message):
         hw.top_k_per_row(args.pop("logits"), args.pop("lengths"), args.pop("k"), **args)
+
+
+def test_per_row_register_cap():
+    """per_row's register cap (triton 3.8's PTX needs one, the other versions spill under one): its launch settings
+    carry it on NVIDIA only, and its cross-compile specs name the same cap, so that `mxidx isa` checks what runs."""
+    per_row = select(Op.TOPK, Target.NVIDIA, name="per_row")
+    assert per_row.settings(Target.NVIDIA, None).maxnreg == PER_ROW_MAXNREG
+    assert per_row.settings(Target.AMD, None).maxnreg is None
+    assert {spec.maxnreg for spec in per_row.isa_specs()} == {_spec(64, False).maxnreg} == {PER_ROW_MAXNREG}
+    assert PER_ROW_MAXNREG == (112 if triton.__version__.startswith("3.8.") else None)

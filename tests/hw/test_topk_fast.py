@@ -349,6 +349,26 @@ def test_column_order_programs_per_sm():
         assert programs * threads * cap <= 65536 < (programs + 1) * threads * cap
 
 
+
+def test_long_finish_register_cap():
+    """sorted=False on the long path: the finishing kernel under COLUMNS_LONG_FINISH_MAXNREG on NVIDIA while a
+    candidate chunk holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD, on the
+    widest rows (one group a chunk) or in the sorted form; the selecting kernels' cap is not touched."""
+    def tiling(width, target=Target.NVIDIA, by_value=False):
+        return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
+
+    cap = topk_fast.COLUMNS_LONG_FINISH_MAXNREG
+    for width in (8193, 16384, 131072, 2 ** 20, 2 ** 23):
+        t = tiling(width)
+        assert t.block // radix_fast.group_size(width, t.tile_w) > 1
+        assert (t.finish_maxnreg, t.maxnreg) == (cap, None), width
+    for width in (2 ** 24, radix_fast.FAST_MAX_WIDTH):
+        t = tiling(width)
+        assert t.block // radix_fast.group_size(width, t.tile_w) == 1 and t.finish_maxnreg is None, width
+    assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
+    assert tiling(131072, Target.AMD).finish_maxnreg is tiling(131072, Target.INTERPRETER).finish_maxnreg is None
+    assert tiling(131072, by_value=True).finish_maxnreg is None
+
 def test_many_rows_kernel_cross_compiles():
     """Under the installed triton the capped selecting kernels compile for sm_90 and keep their programs per SM
     (`mxidx isa`: two for the sorted form, three for the column order); their scratch is the specs' measured
