@@ -23,7 +23,7 @@ BLOCK = 4096
 PER_ROW_WARPS = 8
 #: NVIDIA under triton 3.8 only: top_k_per_row_kernel's register cap. Given that version's PTX, ptxas takes 80
 #: registers and spills 8-48 bytes a thread at k = 64 and at ragged k = 2048; under 112 it takes 95-96 and none.
-#: Under triton 3.6, 3.7 and 3.9 it spills under a cap and not without (docs/perf/isa-sm90-triton3.8.md)
+#: Under triton 3.6 and 3.7 it spills under a cap and not without; 3.9 needs none (docs/perf/isa-sm90-triton3.8.md)
 PER_ROW_MAXNREG = 112 if triton_version()[:2] == (3, 8) else None
 
 # top_k_rows_kernel under the interpreter, where every Triton op is a few NumPy calls on the whole tile: tiles of

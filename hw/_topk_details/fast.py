@@ -33,7 +33,7 @@ COLUMNS_WIDE_TILE = 8192
 COLUMNS_WIDE_TILE_WARPS = 16
 #: NVIDIA, the column-order long path's finishing kernel under this register cap when a candidate chunk holds several
 #: groups (rows of up to 2^23 columns): given triton 3.8's PTX, ptxas otherwise takes 64 registers and spills 16-56
-#: bytes a thread at every such width; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
+#: bytes a thread at most such widths; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
 #: chunk (the widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
 COLUMNS_LONG_FINISH_MAXNREG = 128
 

@@ -258,7 +258,7 @@ def test_rejects_bad_input(bad: Bad, device):
 
 
 def test_per_row_register_cap():
-    """per_row's register cap (triton 3.8's PTX needs one, the other versions spill under one): its launch settings
+    """per_row's register cap (triton 3.8's PTX needs one, 3.6 and 3.7 spill under one): its launch settings
     carry it on NVIDIA only, and its cross-compile specs name the same cap, so that `mxidx isa` checks what runs."""
     per_row = select(Op.TOPK, Target.NVIDIA, name="per_row")
     assert per_row.settings(Target.NVIDIA, None).maxnreg == PER_ROW_MAXNREG
