@@ -350,6 +350,47 @@ def test_column_order_programs_per_sm():
 
 
 
+_DENORMAL_FACTS = """
+import json, re
+from tools.isa import compile_spec
+from hw._topk_details import fast
+facts = {}
+for target in ("sm90", "gfx950"):
+    spec = [s for s in fast._column_specs(8192, 2048, False, True, target) if s.label.endswith("/columns")][0]
+    compiled, _ = compile_spec(spec, target)
+    if target == "sm90":
+        ptx = compiled.asm["ptx"]
+        facts[target] = {"tiers": spec.constexprs["TIERS"],
+                         "adds_of_zero": len(re.findall(r"add(?:\\.rn)?\\.f32\\s+%r\\d+, %r\\d+, 0f00000000;", ptx)),
+                         "ftz_adds": len(re.findall(r"add\\.[a-z.]*ftz", ptx))}
+    else:
+        asm = compiled.asm["amdgcn"]
+        facts[target] = {"tiers": spec.constexprs["TIERS"],
+                         "denorm_mode_32": re.findall(r"\\.amdhsa_float_denorm_mode_32 (\\d+)", asm),
+                         "adds_of_zero": len(re.findall(r"v_(?:pk_)?add_f32 v[^,]+, v[^,]+, 0\\b", asm))}
+print(json.dumps(facts))
+"""
+
+
+def test_order_key_by_an_add_keeps_denormals():
+    """The many-rows column kernel makes -0.0 +0.0 by adding +0.0 (kernel._order_key's ZERO_BY_ADD), which is exact
+    only where fp32 adds keep denormals (a flushed denormal would tie with 0.0): cross-compiled under the installed
+    triton, its sm_90 PTX adds 0.0 without .ftz, and its gfx950 code keeps the add in the IEEE fp32 denormal mode
+    (3: no flush of inputs or outputs)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # compilable kernels, not the interpreter's
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    run = subprocess.run([sys.executable, "-c", _DENORMAL_FACTS], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    facts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert facts["sm90"]["tiers"] > 1 and facts["gfx950"]["tiers"] > 1   # the launches that take ZERO_BY_ADD
+    assert facts["sm90"]["adds_of_zero"] > 0 and facts["sm90"]["ftz_adds"] == 0, facts
+    assert facts["gfx950"]["denorm_mode_32"] == ["3"] and facts["gfx950"]["adds_of_zero"] > 0, facts
+
 def test_long_finish_register_cap():
     """sorted=False on the long path: the finishing kernel under COLUMNS_LONG_FINISH_MAXNREG on NVIDIA while a
     candidate chunk holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD, on the
