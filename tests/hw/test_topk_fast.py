@@ -349,7 +349,6 @@ def test_column_order_programs_per_sm():
         assert programs * threads * cap <= 65536 < (programs + 1) * threads * cap
 
 
-
 _DENORMAL_FACTS = """
 import json, re
 from tools.isa import compile_spec
@@ -391,6 +390,7 @@ def test_order_key_by_an_add_keeps_denormals():
     assert facts["sm90"]["adds_of_zero"] > 0 and facts["sm90"]["ftz_adds"] == 0, facts
     assert facts["gfx950"]["denorm_mode_32"] == ["3"] and facts["gfx950"]["adds_of_zero"] > 0, facts
 
+
 def test_long_finish_register_cap():
     """sorted=False on the long path: the finishing kernel under COLUMNS_LONG_FINISH_MAXNREG on NVIDIA while a
     candidate chunk holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD, on the
@@ -409,6 +409,7 @@ def test_long_finish_register_cap():
     assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
     assert tiling(131072, Target.AMD).finish_maxnreg is tiling(131072, Target.INTERPRETER).finish_maxnreg is None
     assert tiling(131072, by_value=True).finish_maxnreg is None
+
 
 def test_many_rows_kernel_cross_compiles():
     """Under the installed triton the capped selecting kernels compile for sm_90 and keep their programs per SM
