@@ -6,7 +6,10 @@ and waiting when the previous kernel ends, instead of being launched after it. A
 
   - has a constexpr PDL and calls `grid_dependency_sync(PDL)` before its first global memory access: the wait
     returns once the previous kernel has completed and its writes are visible (whatever that kernel is, ours or
-    not, launched with PDL or not), so nothing it reads or writes can race with it;
+    not, launched with PDL or not), so nothing it reads or writes can race with it. One exception, argued where it
+    is made (column_order.SWEEP_READS_BEFORE_WAIT): a kernel may read before its wait what was complete before the
+    previous kernel's own wait returned, since it cannot be scheduled before every program of that kernel has
+    passed that wait;
   - is launched with `**pdl_launch(settings.pdl, device)`, which turns PDL off where the device cannot do it.
 
 Without PDL (the interpreter, AMD, pre-sm_90 NVIDIA) the constexpr removes the code and the launch is ordinary.

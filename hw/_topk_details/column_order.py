@@ -33,17 +33,26 @@ Per row:
                  upper half of [lo, hi] makes the next one probe lo + 1: when fewer than k_eff keys reach it,
                  every key left inside is 0.0 and the interval closes on it (the exact zeros of ReLU-degenerate
                  rows straddling the k-th place then take a few rounds, not 32).
-  long           W > tile_w: radix_fast's group maxima and tau; the keys >= tau (each a candidate) are appended
-                 by chunks of qualifying groups, in column order within a chunk, each chunk recording its first
-                 slot and its count. The finishing program moves each candidate to its column-order slot (the
-                 candidates of earlier chunks plus its place in its own), narrows to a terminal state and stores
-                 from that tile. When more than CAP keys are >= tau (massive ties, structured rows) it narrows by
-                 streaming rounds over the row instead and stores the selection by a streaming pass: slower,
-                 the same result.
+  long           W > tile_w, two ways to a threshold tau and its candidates (the keys >= tau):
+                 sweep (FastTiling.sweep_samples > 0: rows of up to 2^17 columns at k = 2048, sweep_samples): tau
+                   from a sample of the row's keys (_sample_tau_kernel: runs of adjacent columns spread over the
+                   visible ones; tau lets through the sample's expected count at the k-th key plus a margin), then
+                   one sweep of every visible key (_sweep_kernel, chunks of `block` columns) appends the keys >= tau;
+                   one read of the row instead of two kernels before the candidates;
+                 maxima (wider rows): radix_fast's group maxima and tau, then the keys >= tau of the qualifying
+                   groups only.
+                 Either way the candidates are appended by chunks, in column order within a chunk, each chunk
+                 recording its first slot and its count. The finishing program moves each candidate to its
+                 column-order slot (the candidates of earlier chunks plus its place in its own), narrows to a
+                 terminal state and stores from that tile. When more than CAP keys are >= tau (massive ties,
+                 structured rows), or fewer than k_eff (a sample that misrepresents its row: tau above the k-th
+                 key), it narrows by streaming rounds over the row instead and stores the selection by a streaming
+                 pass: slower, the same result.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import triton
@@ -67,6 +76,7 @@ from .radix_fast import (
     _candidates_kernel,
     _count_ge_stream,
     _group_max_kernel,
+    _key_value,
     _moments,
     _narrow,
     _narrow_on_row,
@@ -90,6 +100,25 @@ _COUNTER_WORDS = Constant(32)
 _SPREAD_MIN_TILE = 8192
 #: the widest candidate tile _finish_by_ranks takes: a candidate's two counts share an int32, 16 bits each
 _RANK_FINISH_MAX_CAP = Constant(256)
+#: the sampled threshold of the long path's sweep (FastTiling.sweep_samples): sampled keys in runs of SAMPLE_RUN
+#: adjacent columns (one 32-byte sector), and the sample's count at the threshold: its expected count of keys >= the
+#: k-th, plus SAMPLE_SIGMAS standard deviations of that count plus SAMPLE_EXTRA (so that the row's keys >= the
+#: threshold rarely number fewer than k_eff, and with SAMPLE_SLACK rarely more than the candidate tile), narrowed to
+#: within SAMPLE_SLACK samples
+SAMPLE_RUN = 8
+_SAMPLE_SIGMAS = Constant(3.5)
+_SAMPLE_EXTRA = Constant(8.0)
+SAMPLE_SLACK = 16
+#: the sample sizes a row may take (powers of two, smallest first); the largest holds 16 keys a thread in 16 warps
+SWEEP_SAMPLES = (1024, 2048, 4096, 8192)
+#: a sample is large enough when its threshold lets through at most this share of the candidate tile, in
+#: expectation at its margin: the tile then overflows about once in 10^4 rows of N(0, 1) keys
+_SWEEP_CAP_SHARE = 0.75
+#: NVIDIA with PDL: the sweep reads its chunk of the row before it waits for _sample_tau_kernel, so that its first
+#: programs load while the sample is narrowed. The logits and ranges were complete before the sample kernel's own
+#: wait returned, and the sweep cannot start before every sample program has passed that wait (_pdl); only the
+#: threshold, the counters and the scratch are read or written after the sweep's wait
+SWEEP_READS_BEFORE_WAIT = True
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -342,6 +371,106 @@ def _columns_row_kernel(
 
 
 @triton.jit
+def _sample_tau_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    meta_ptr,             # *i32 [rows, META] receives the threshold (uint32 bits) and a zero count
+    width,                # i32 W
+    stride_row,
+    k,                    # i32, 1 <= k
+    HAS_STARTS: tl.constexpr,
+    SAMPLES: tl.constexpr,  # keys sampled: SAMPLES // RUN runs of RUN adjacent columns (powers of two)
+    RUN: tl.constexpr,
+    SLACK: tl.constexpr,
+    CAP: tl.constexpr,
+    SECANT_ROUNDS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
+    (each run's first column rounded down to a multiple of RUN; fewer than SAMPLES visible columns are sampled
+    several times). t has between r and r + SLACK of the m visible samples >= it, r the expected count of samples >=
+    the row's k_eff-th key plus a margin (SAMPLE_SIGMAS, SAMPLE_EXTRA); t = 1 (every visible key) when m <= r + SLACK
+    or the row shows at most k keys. Only the work depends on t, never the result: the finishing kernel falls back
+    to streaming rounds when fewer than k_eff or more than CAP keys reach it."""
+    grid_dependency_sync(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
+    n = tl.maximum(end, start) - start
+    RUNS: tl.constexpr = SAMPLES // RUN
+    first = start + (tl.arange(0, RUNS).to(tl.int64) * n // RUNS).to(tl.int32)
+    cols = tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
+    visible = (cols >= start) & (cols < end)
+    key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
+    m = tl.sum(visible.to(tl.int32), 0)
+    expected = k_eff.to(tl.float32) * m.to(tl.float32) / tl.maximum(n, 1).to(tl.float32)
+    r = tl.minimum(tl.maximum(tl.ceil(expected + _SAMPLE_SIGMAS * tl.sqrt(expected) + _SAMPLE_EXTRA).to(tl.int32), 1),
+                   m)
+    t = start * 0 + 1
+    if (n > k) & (m > r + SLACK):
+        total, squares = _moments(tl.where(visible, _key_value(key), 0.0), False)
+        lo, _, _, _ = _narrow_on_row(key, visible, m, r, total, squares, CAP, SECANT_ROUNDS, SLACK, 0, False)
+        t = lo.to(tl.int32)
+    meta_row = meta_ptr + row * _META
+    tl.store(meta_row + _META_TAU, t)
+    tl.store(meta_row + _META_COUNT, 0)
+
+
+@triton.jit
+def _sweep_kernel(
+    logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
+    starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
+    ends_ptr,             # *i32 [rows]
+    meta_ptr,             # *i32 [rows, META] from _sample_tau_kernel; the count grows by this program's candidates
+    cand_ptr,             # *i32 [rows, 3 * CAP] receives candidate columns, keys and chunks, in any order
+    chunk_ptr,            # *i32 [rows, num_programs(1), 2] receives each chunk's first slot and its count
+    width,                # i32 W
+    stride_row,
+    k,                    # i32, 1 <= k
+    HAS_STARTS: tl.constexpr,
+    CAP: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per program (a chunk)
+    THREADS: tl.constexpr,  # _row_columns' threads
+    VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (vectors()), else 1
+    READ_BEFORE_WAIT: tl.constexpr,   # SWEEP_READS_BEFORE_WAIT
+    PDL: tl.constexpr,
+):
+    """Append the visible keys >= the row's sampled threshold among one chunk of BLOCK columns to the row's
+    candidates, in column order within the chunk (_candidates_kernel's contract, every group qualifying): one read
+    of every visible key, the only one when the threshold holds. Grid (rows, cdiv(W, BLOCK)); a row showing at most
+    k keys is not read (its chunks record no candidates)."""
+    if not READ_BEFORE_WAIT:
+        grid_dependency_sync(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
+    end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
+    meta_row = meta_ptr + row * _META
+    cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
+    visible = (cols >= start) & (cols < end)
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    key = _order_key(x, visible)
+    if READ_BEFORE_WAIT:
+        grid_dependency_sync(PDL)
+    tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
+    flags = (key >= tau).to(tl.int32)   # tau >= 1: never an invisible column
+    count = tl.sum(flags, 0)
+    first = tl.atomic_add(meta_row + _META_COUNT, count, sem="relaxed")
+    slot = first + _exclusive_prefix(flags, THREADS, VEC)
+    keep = (flags != 0) & (slot < CAP)
+    cand_row = cand_ptr + row * (3 * CAP)
+    tl.store(_scatter_view(cand_row + slot, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
+             mask=_scatter_view(keep, THREADS, VEC))
+    tl.store(_scatter_view(cand_row + CAP + slot, THREADS, VEC),
+             _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC), mask=_scatter_view(keep, THREADS, VEC))
+    tl.store(_scatter_view(cand_row + 2 * CAP + slot, THREADS, VEC), _scatter_view(chunk + flags * 0, THREADS, VEC),
+             mask=_scatter_view(keep, THREADS, VEC))
+    chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
+    tl.store(chunk_row, first)
+    tl.store(chunk_row + 1, count)
+
+
+@triton.jit
 def _columns_long_kernel(
     logits_ptr,           # *fp32 [rows, width], row stride `stride_row` elements, unit column stride
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
@@ -358,9 +487,10 @@ def _columns_long_kernel(
     K_PAD: tl.constexpr,
     CAP: tl.constexpr,
     CHUNKS: tl.constexpr,  # power of two >= chunk_w
-    GROUPS: tl.constexpr,  # qualifying groups per chunk
+    GROUPS: tl.constexpr,  # qualifying groups per chunk (SWEEP: not read)
     BLOCK: tl.constexpr,   # columns per streaming chunk of the fallback
     PROBE_BITS: tl.constexpr,
+    SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -377,7 +507,13 @@ def _columns_long_kernel(
         ge_lo = tl.load(meta_row + _META_COUNT)
         hi = lo * 0 + _KEY_MAX
         above = start * 0
-        if ge_lo <= CAP:
+        reached = ge_lo >= k_eff   # always, but for a sampled threshold (SWEEP) above the k_eff-th key
+        if ge_lo < k_eff:   # the keys >= it are all selected; the rest from the keys below it, by streaming rounds
+            hi = lo - 1
+            above = ge_lo
+            lo = lo * 0 + 1
+            ge_lo = end - start
+        if (ge_lo <= CAP) & reached:
             # each candidate to its column-order slot: the candidates of earlier chunks plus its place in its own
             slots = tl.arange(0, CAP)
             filled = slots < ge_lo
@@ -385,7 +521,10 @@ def _columns_long_kernel(
             key = tl.load(cand_row + CAP + slots, mask=filled, other=0)
             chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
             c = tl.arange(0, CHUNKS)
-            live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
+            if SWEEP:
+                live = c < chunk_w
+            else:
+                live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
             first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
             count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
             place = slots + tl.gather(tl.cumsum(count, 0) - count - first, chunk, 0)
@@ -399,7 +538,7 @@ def _columns_long_kernel(
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
             lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
             _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, 0, 1)
-        else:   # tau let more than CAP keys through: streaming rounds
+        else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
                 mid = lo + ((hi - lo + 1) >> 1)
                 n = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
@@ -416,6 +555,20 @@ def _columns_long_kernel(
 
 
 # ---------------------------------------------------------------------------------------------------- launcher
+def sweep_samples(width: int, k: int, cap: int) -> int:
+    """FastTiling.sweep_samples for rows of `width` columns at k with a candidate tile of `cap`: the least of
+    SWEEP_SAMPLES whose threshold (_sample_tau_kernel's margin, SAMPLE_SLACK) lets through at most _SWEEP_CAP_SHARE
+    of cap keys of a full row in expectation (a shorter row, fewer), else 0: wider rows, relative to k and cap, take
+    the group maxima and tau (a sample of 8192 keys leaves 2^17 columns at k = 2048; docs/perf/h200-topk.md, "A
+    threshold from sampled keys and one sweep")."""
+    for samples in SWEEP_SAMPLES:
+        expected = min(k, width) * samples / width
+        r = math.ceil(expected + _SAMPLE_SIGMAS.value * math.sqrt(expected) + _SAMPLE_EXTRA.value)
+        if (r + SAMPLE_SLACK) * width / samples <= _SWEEP_CAP_SHARE * cap:
+            return samples
+    return 0
+
+
 def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
                    tiling: FastTiling) -> None:
     """Fill `out` (int32 [rows, k] contiguous) with every row's top-k in column order, under radix_fast's launch
@@ -437,16 +590,33 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
             RANK_FINISH=tiling.rank_finish, num_warps=tiling.num_warps,
             **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
         return
+    has_starts = starts is not None
+    meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
+    cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
+    finish = {"BLOCK": tiling.block, "num_warps": tiling.num_warps, "PDL": False,
+              **({} if tiling.finish_maxnreg is None else {"maxnreg": tiling.finish_maxnreg}), **common}
+    if tiling.sweep_samples:
+        chunk_w = triton.cdiv(width, tiling.block)
+        chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device)
+        _sample_tau_kernel[(rows,)](
+            logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
+            SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
+            SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
+        _sweep_kernel[(rows, chunk_w)](
+            logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
+            CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
+            READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, num_warps=tiling.cand_warps, **pdl)
+        _columns_long_kernel[(rows,)](
+            logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
+            CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, **finish)
+        return
     gsize = group_size(width, tiling.tile_w)
     assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
     groups = triton.cdiv(width, gsize)
     per_program = max(1, tiling.tile_w // gsize)
     chunk_groups = tiling.block // gsize
     chunk_w = triton.cdiv(groups, chunk_groups)
-    has_starts = starts is not None
     gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
-    meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device)
     _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
         logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
@@ -460,9 +630,14 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     # slower at 32768 and 131072 (docs/perf/h200-topk.md, "The long path's finish without PDL")
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
-        CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, BLOCK=tiling.block,
-        num_warps=tiling.num_warps, **({} if tiling.finish_maxnreg is None else {"maxnreg": tiling.finish_maxnreg}),
-        **common, PDL=False)
+        CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, SWEEP=False, **finish)
+
+
+def _sweep_layout(tiling: FastTiling, vec: bool) -> dict:
+    """_sweep_kernel's THREADS and VEC for chunks of tiling.block columns in tiling.cand_warps warps: VEC = 4 with
+    `vec` (vectors()), else 1; THREADS the program's threads, at most block / VEC."""
+    v = 4 if vec else 1
+    return {"THREADS": min(tiling.lanes * tiling.cand_warps, tiling.block // v), "VEC": v}
 
 
 def vectors(logits: torch.Tensor) -> bool:
@@ -497,6 +672,9 @@ _COLUMNS_ROW_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "
                       "cand_ptr": "*i32"}
 _COLUMNS_LONG_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
                        "cand_ptr": "*i32", "chunk_ptr": "*i32", "out_ptr": "*i32"}
+_SAMPLE_TAU_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32"}
+_SWEEP_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", "meta_ptr": "*i32",
+                "cand_ptr": "*i32", "chunk_ptr": "*i32"}
 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
@@ -520,6 +698,25 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                                  "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  "RANK_FINISH": tiling.rank_finish,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
+    if tiling.sweep_samples:
+        chunk_w = triton.cdiv(width, tiling.block)
+        # rows of `width` columns, contiguous: the sweep loads in 16-byte vectors
+        ints = ("width", "stride_row") if width % 16 == 0 else ()
+        return (
+            CompileSpec(label=label + "/columns/sample_tau", fn=_sample_tau_kernel, types=_SAMPLE_TAU_TYPES,
+                        num_warps=tiling.num_warps, targets=targets,
+                        constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
+                                    "SLACK": SAMPLE_SLACK, "CAP": tiling.cap,
+                                    "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS, "PDL": tiling.pdl}),
+            CompileSpec(label=label + "/columns/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
+                        num_warps=tiling.cand_warps, targets=targets, aligned=(*_SWEEP_TYPES, *ints),
+                        constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block,
+                                    **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
+                                    "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT}),
+            CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
+                        num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
+                        constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
+                                             "BLOCK": tiling.block, "SWEEP": True}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -530,4 +727,4 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
-                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block}))
+                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False}))

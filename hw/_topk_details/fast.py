@@ -45,15 +45,17 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _in_columns(tiling: FastTiling, width: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
-    """The column-order launch constants: radix_fast's, on the long path with the finish's COLUMNS_LONG_FINISH_MAXNREG
-    (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP and, when the GPU's SMs are
-    known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the register cap of COLUMNS_MAXNREG
-    for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one tile (on NVIDIA in
-    COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
+def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
+    """The column-order launch constants: radix_fast's, on the long path with the threshold from sampled keys and
+    one sweep where the sample is large enough for the width (column_order.sweep_samples) and the finish's
+    COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP
+    and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the
+    register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank
+    finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     if width > tiling.tile_w:
         several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
-        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None)
+        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None,
+                                   sweep_samples=column_order.sweep_samples(width, k, tiling.cap))
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling
@@ -83,7 +85,7 @@ def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: b
     """The launch constants on `target` (NVIDIA, AMD or the interpreter) for `rows` rows on `sms` SMs (0: not
     known), sorted (`by_value`) or in column order."""
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
-    return tiling if by_value else _in_columns(tiling, width, rows, sms, target is Target.NVIDIA)
+    return tiling if by_value else _in_columns(tiling, width, k, rows, sms, target is Target.NVIDIA)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:

@@ -147,6 +147,8 @@ class FastTiling(LaunchSettings):
     lanes: int = 32                  # threads of a warp on the target (Target.lanes): column_order's row tile
     rank_finish: bool = False        # column order on chip: the candidate tile finished by ranks (cap <= 256)
     finish_maxnreg: int | None = None  # register cap of column order's long finish (NVIDIA; None: ptxas chooses)
+    sweep_samples: int = 0           # column order's long path: 0, group maxima and tau; else a threshold from
+                                     # this many sampled keys and one sweep of the row (column_order)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,

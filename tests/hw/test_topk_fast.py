@@ -523,10 +523,13 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 
 
 # the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile finished
-# by rounds and by ranks, the long path with a small candidate tile and with a tiny one (streaming fallback)
+# by rounds and by ranks, the long path with a small candidate tile and with a tiny one (streaming fallback), both
+# also with the sampled threshold and the sweep
 COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
-                            rank_finish=True)}
+                            rank_finish=True),
+    "long_sweep": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64),
+    "long_sweep_tiny_cap": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -697,6 +700,64 @@ def test_column_order_long_tie_over_chunks(device):
     tiling = FastTiling(tile_w=64, cap=128, block=128)
     want = in_column_order(sim_top_k(x, k, ends=np.array([width, width - 5])))
     assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a tie over candidate chunks)")
+
+
+def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
+    """The columns _sample_tau_kernel reads of a row visible in [start, end): SAMPLE_RUN adjacent ones from each of
+    samples / SAMPLE_RUN evenly spaced run starts, rounded down to a multiple of SAMPLE_RUN."""
+    run = column_order.SAMPLE_RUN
+    runs = samples // run
+    first = start + np.arange(runs) * (end - start) // runs
+    cols = (first // run * run)[:, None] + np.arange(run)
+    return np.unique(cols[(cols >= start) & (cols < end)])
+
+
+def test_sweep_threshold_above_the_kth_key(device):
+    """The sweep's threshold comes from a sample: on rows whose largest keys sit exactly at the sampled columns it
+    lies above the k-th key (checked on the sample kernel's own output), and the finish takes every key >= it and
+    the rest by streaming rounds below it, with the same result."""
+    width, k, samples = 3000, 300, 256
+    starts, ends = np.array([0, 37]), np.array([width, 2900])
+    x = np.random.default_rng(5).standard_normal((2, width)).astype(np.float32)
+    for r in range(2):
+        x[r, _sampled_columns(starts[r], ends[r], samples)] += 10.0
+    logits = torch.from_numpy(x).to(device)
+    starts_t = torch.from_numpy(starts.astype(np.int32)).to(device)
+    ends_t = torch.from_numpy(ends.astype(np.int32)).to(device)
+    meta = torch.empty((2, 4), dtype=torch.int32, device=device)
+    column_order._sample_tau_kernel[(2,)](
+        logits, starts_t, ends_t, meta, width, width, k, HAS_STARTS=True, SAMPLES=samples,
+        RUN=column_order.SAMPLE_RUN, SLACK=column_order.SAMPLE_SLACK, CAP=128,
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
+    key = meta[:, 0].cpu().numpy().view(np.uint32)
+    bits = np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32)
+    threshold = bits.view(np.float32)
+    for r in range(2):
+        assert 0 < (x[r, starts[r]:ends[r]] >= threshold[r]).sum() < k, (r, threshold[r])
+    case = Case("sampled_largest", width, k, tuple(ends.tolist()), starts=tuple(starts.tolist()))
+    tiling = FastTiling(tile_w=128, cap=128, block=256, sweep_samples=samples)
+    want = in_column_order(sim_top_k(x, k, starts=starts, ends=ends))
+    assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a sampled threshold above the k-th)")
+
+
+def test_sweep_samples_by_width():
+    """The sample of the sweep's threshold: the least of SWEEP_SAMPLES that keeps a full row's candidates at its
+    margin within 3/4 of the candidate tile; too wide a row for the largest takes group maxima and tau. The
+    launcher's column-order constants carry it, the sorted form's never."""
+    def expected_candidates(width, k, samples):
+        e = k * samples / width
+        return (np.ceil(e + 3.5 * np.sqrt(e) + 8) + column_order.SAMPLE_SLACK) * width / samples
+
+    for k in (64, 512, 2048):
+        for width in (8193, 16384, 32768, 65536, 131072, 262144, 2 ** 20):
+            cap = radix_fast.fast_tiling(width, k).cap
+            m = column_order.sweep_samples(width, k, cap)
+            fits = [s for s in column_order.SWEEP_SAMPLES if expected_candidates(width, k, s) <= 0.75 * cap]
+            assert m == (fits[0] if fits else 0), (width, k, m)
+            assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, False).sweep_samples == m
+            assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, True).sweep_samples == 0
+    assert column_order.sweep_samples(131072, 2048, 4096) == 8192
+    assert column_order.sweep_samples(262144, 2048, 4096) == 0
 
 
 @pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
