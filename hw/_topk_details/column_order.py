@@ -605,7 +605,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         _sweep_kernel[(rows, chunk_w)](
             logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
             CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
-            READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, num_warps=tiling.cand_warps, **pdl)
+            READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, num_warps=tiling.cand_warps,
+            **({} if tiling.sweep_maxnreg is None else {"maxnreg": tiling.sweep_maxnreg}), **pdl)
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
             CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, **finish)
@@ -709,7 +710,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                     "SLACK": SAMPLE_SLACK, "CAP": tiling.cap,
                                     "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS, "PDL": tiling.pdl}),
             CompileSpec(label=label + "/columns/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
-                        num_warps=tiling.cand_warps, targets=targets, aligned=(*_SWEEP_TYPES, *ints),
+                        num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
+                        aligned=(*_SWEEP_TYPES, *ints),
                         constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block,
                                     **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
                                     "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT}),

@@ -36,6 +36,10 @@ COLUMNS_WIDE_TILE_WARPS = 16
 #: bytes a thread at most such widths; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
 #: chunk (the widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
 COLUMNS_LONG_FINISH_MAXNREG = 128
+#: NVIDIA, the column-order sweep (_sweep_kernel, 4 warps) under this register cap: five programs an SM, as ptxas
+#: chooses by itself for triton 3.6's and 3.9's PTX (86-87 registers; the form timed); for triton 3.7.1's it takes 80
+#: and spills 8 bytes a thread, for 3.8's 72 (docs/perf/isa-sm90-triton3.7.md)
+COLUMNS_SWEEP_MAXNREG = 88
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -47,15 +51,18 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
 
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
     """The column-order launch constants: radix_fast's, on the long path with the threshold from sampled keys and
-    one sweep where the sample is large enough for the width (column_order.sweep_samples) and the finish's
-    COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP
-    and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the
-    register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank
-    finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
+    one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA under
+    COLUMNS_SWEEP_MAXNREG) and the finish's COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk),
+    on the on-chip path with COLUMNS_ROW_CAP and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above
+    one row per SM (on NVIDIA under the register cap of COLUMNS_MAXNREG for its programs per SM, and at
+    COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide
+    tiles)."""
     if width > tiling.tile_w:
         several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
+        samples = column_order.sweep_samples(width, k, tiling.cap)
         return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None,
-                                   sweep_samples=column_order.sweep_samples(width, k, tiling.cap))
+                                   sweep_samples=samples,
+                                   sweep_maxnreg=COLUMNS_SWEEP_MAXNREG if nvidia and samples else None)
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling

@@ -149,6 +149,7 @@ class FastTiling(LaunchSettings):
     finish_maxnreg: int | None = None  # register cap of column order's long finish (NVIDIA; None: ptxas chooses)
     sweep_samples: int = 0           # column order's long path: 0, group maxima and tau; else a threshold from
                                      # this many sampled keys and one sweep of the row (column_order)
+    sweep_maxnreg: int | None = None  # register cap of column order's sweep (NVIDIA; None: ptxas chooses)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
