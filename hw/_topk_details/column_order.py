@@ -112,7 +112,10 @@ SAMPLE_SLACK = 16
 #: the sample sizes a row may take (powers of two, smallest first); the largest holds 16 keys a thread in 16 warps
 SWEEP_SAMPLES = (1024, 2048, 4096, 8192)
 #: a sample is large enough when its threshold lets through at most this share of the candidate tile, in
-#: expectation at its margin: the tile then overflows about once in 10^4 rows of N(0, 1) keys
+#: expectation at its margin. On rows of independent keys the threshold then lies above the k-th key in at most
+#: 0.9-2.9e-5 of the rows and lets more than the tile through in at most 0.1-1.3e-5 (binomial bounds, 16384 to 131072
+#: columns at k = 2048); either costs that row streaming rounds (docs/perf/h200-topk.md, "A threshold from sampled
+#: keys and one sweep")
 _SWEEP_CAP_SHARE = 0.75
 #: NVIDIA with PDL: the sweep reads its chunk of the row before it waits for _sample_tau_kernel, so that its first
 #: programs load while the sample is narrowed. The logits and ranges were complete before the sample kernel's own
