@@ -99,6 +99,12 @@ class LaunchSettings:
         return dataclasses.replace(self, **changes)
 
 
+def register_cap(maxnreg: int | None) -> dict:
+    """The launch keywords of a register cap: {"maxnreg": maxnreg}, or none for None (ptxas chooses; AMD's
+    launchers take no such option)."""
+    return {} if maxnreg is None else {"maxnreg": maxnreg}
+
+
 class NotCovered(ValueError):
     """A variant does not run this call (its settings raise it, from the call's shapes and device, before any
     kernel launch): the message says what the variant covers, what the call has, and which variant takes it. A

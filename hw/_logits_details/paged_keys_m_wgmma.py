@@ -55,7 +55,7 @@ from .._pdl import grid_dependency_sync, pdl_launch
 from .._quant_details.codecs import E8M0_NAN
 from .._quant_details.page_offsets import MX_BLOCK, TILE_BYTES, mxfp4_value_offsets
 from ..isa_spec import CompileSpec
-from ..targets import LaunchSettings, NotCovered, Op, Target, Variant, nvidia_capability, sm_count
+from ..targets import LaunchSettings, NotCovered, Op, Target, Variant, nvidia_capability, register_cap, sm_count
 from . import paged_keys_m as km
 from .calls import DecodeCall
 from .mxfp4_fold import (
@@ -591,7 +591,7 @@ def launch(c: DecodeCall, s: WgmmaSettings) -> None:
         N=c.next_n, N_PAD=s.n_pad, H=c.num_heads, H_PAD=s.h_pad, D=c.head_dim, P=c.page_size, TILES=s.tiles,
         CTX_2D=c.context_lens.dim() == 2, HAS_FLAG=c.error_flag is not None, KL=key_layout(c.head_dim),
         TILED=c.tiled,
-        num_warps=WGMMA_WARPS, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}),
+        num_warps=WGMMA_WARPS, **register_cap(s.maxnreg),
         **pdl_launch(s.pdl, c.out.device),
     )
 

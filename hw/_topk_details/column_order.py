@@ -61,6 +61,7 @@ import triton.language as tl
 from .._constant import Constant
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
+from ..targets import register_cap
 from . import radix_fast
 from .kernel import _order_key
 from .radix_fast import (
@@ -591,13 +592,13 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
             **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
             RANK_FINISH=tiling.rank_finish, num_warps=tiling.num_warps,
-            **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}), **common, **pdl)
+            **register_cap(tiling.maxnreg), **common, **pdl)
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
     cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     finish = {"BLOCK": tiling.block, "num_warps": tiling.num_warps, "PDL": False,
-              **({} if tiling.finish_maxnreg is None else {"maxnreg": tiling.finish_maxnreg}), **common}
+              **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         chunk_w = triton.cdiv(width, tiling.block)
         chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device)
@@ -609,7 +610,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
             logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
             CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
             READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, num_warps=tiling.cand_warps,
-            **({} if tiling.sweep_maxnreg is None else {"maxnreg": tiling.sweep_maxnreg}), **pdl)
+            **register_cap(tiling.sweep_maxnreg), **pdl)
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
             CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, **finish)

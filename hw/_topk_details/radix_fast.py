@@ -73,7 +73,7 @@ import triton.language as tl
 from .._constant import Constant
 from .._pdl import grid_dependency_sync, pdl_launch
 from ..isa_spec import CompileSpec
-from ..targets import LaunchSettings, NotCovered, Target
+from ..targets import LaunchSettings, NotCovered, Target, register_cap
 from .kernel import _EMPTY_SLOT, _INT32_MAX, _order_key, _sort_composite
 from .tile_scan import _exclusive_prefix, _row_columns, _scatter_view
 
@@ -1083,7 +1083,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
     (rows, width), k = logits.shape, out.shape[1]
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
-                  num_warps=tiling.num_warps, **({} if tiling.maxnreg is None else {"maxnreg": tiling.maxnreg}))
+                  num_warps=tiling.num_warps, **register_cap(tiling.maxnreg))
     order = ordering(k, tiling)
     common.update(SEGMENTS=order.segments, STRIDE=order.stride, SEG_CAP=order.seg_cap)
     device = logits.device

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ..targets import LaunchSettings, Op, Target, Variant
+from ..targets import LaunchSettings, Op, Target, Variant, register_cap
 from . import BLOCK, MAX_K, PER_ROW_MAXNREG, PER_ROW_WARPS, RowsTiling, _spec, k_pad, rows_tiling
 from .kernel import top_k_per_row_kernel, top_k_rows_kernel
 
@@ -53,7 +53,7 @@ def _launch_per_row(call: TopKCall, s: PerRowSettings) -> None:
     top_k_per_row_kernel[(logits.shape[0],)](
         logits, call.lengths if starts is None else starts, call.lengths, call.out, logits.shape[1],
         logits.stride(0), call.k, HAS_STARTS=starts is not None, K_PAD=k_pad(call.k), BLOCK=s.block,
-        num_warps=s.num_warps, **({} if s.maxnreg is None else {"maxnreg": s.maxnreg}))
+        num_warps=s.num_warps, **register_cap(s.maxnreg))
     if not call.sorted:
         in_column_order(call.out)
 
