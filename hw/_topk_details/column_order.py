@@ -160,6 +160,27 @@ def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS:
 
 
 @triton.jit
+def _store_chunked(key, cols, chunk, first, count, lo, hi, need, out_row, CAP: tl.constexpr):
+    """_store_columns for a candidate tile in slot order (the long path's, CAP slots, every key of the row >= lo
+    among them): the slots of chunk c are first[c] .. first[c] + count[c] - 1, in column order, and the chunks' ids
+    are in column order. A candidate's column-order rank among flagged ones is then the flagged candidates of the
+    chunks before its own plus those before it in its chunk: one packed prefix in slot order (above << 16 | inside)
+    read at the chunks' first and last slots, no reordering through memory."""
+    is_above = key > hi.to(tl.uint32)
+    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+    flags = (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
+    before = tl.cumsum(flags, 0) - flags   # exclusive, slot order; each half a count < 2^16
+    at_first = tl.gather(before, tl.minimum(first, CAP - 1), 0)
+    at_last = tl.gather(before + flags, tl.minimum(tl.maximum(first + count - 1, 0), CAP - 1), 0)
+    in_chunk = tl.where(count > 0, at_last - at_first, 0)   # per half: flagged candidates of each chunk
+    # per half, every term >= 0 (no borrow between the halves): ranks in the chunk, then the chunks before it
+    ranks = (before - tl.gather(at_first, chunk, 0)) + tl.gather(tl.cumsum(in_chunk, 0) - in_chunk, chunk, 0)
+    inside_rank = ranks & _RANK_MASK
+    take = is_above | (inside & (inside_rank < need))
+    tl.store(out_row + (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need), cols, mask=take)
+
+
+@triton.jit
 def _store_places_gathered(place, base, out_row, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
     """Column base + c to out_row[place] for each column c of a _row_columns tile whose place is >= 0 (-1: not
     selected), the places first gathered into column order."""
@@ -531,17 +552,11 @@ def _columns_long_kernel(
                 live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
             first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
             count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
-            place = slots + tl.gather(tl.cumsum(count, 0) - count - first, chunk, 0)
-            tl.debug_barrier()   # every thread has read its candidates
-            tl.store(cand_row + place, cols, mask=filled)
-            tl.store(cand_row + CAP + place, key, mask=filled)
-            tl.debug_barrier()
-            cols = tl.load(cand_row + slots, mask=filled, other=0)
-            key = tl.load(cand_row + CAP + slots, mask=filled, other=0).to(tl.uint32, bitcast=True)
+            key = key.to(tl.uint32, bitcast=True)
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
             lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
-            _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, 0, 1)
+            _store_chunked(key, cols, chunk, first, count, lo, hi, k_eff - above, out_row, CAP)
         else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
                 mid = lo + ((hi - lo + 1) >> 1)
