@@ -42,9 +42,9 @@ Per row:
                  maxima (wider rows): radix_fast's group maxima and tau, then the keys >= tau of the qualifying
                    groups only.
                  Either way the candidates are appended by chunks, in column order within a chunk, each chunk
-                 recording its first slot and its count. The finishing program moves each candidate to its
-                 column-order slot (the candidates of earlier chunks plus its place in its own), narrows to a
-                 terminal state and stores from that tile. When more than CAP keys are >= tau (massive ties,
+                 recording its first slot and its count. The finishing program loads the tile as appended (slot
+                 order), narrows to a terminal state and stores each taken candidate at its column-order rank (the
+                 taken candidates of earlier chunks plus those before it in its own: _store_chunked). When more than CAP keys are >= tau (massive ties,
                  structured rows), or fewer than k_eff (a sample that misrepresents its row: tau above the k-th
                  key), it narrows by streaming rounds over the row instead and stores the selection by a streaming
                  pass: slower, the same result.
@@ -539,7 +539,7 @@ def _columns_long_kernel(
             lo = lo * 0 + 1
             ge_lo = end - start
         if (ge_lo <= CAP) & reached:
-            # each candidate to its column-order slot: the candidates of earlier chunks plus its place in its own
+            # the tile in slot order; each chunk's slots and their count place its candidates in column order
             slots = tl.arange(0, CAP)
             filled = slots < ge_lo
             cols = tl.load(cand_row + slots, mask=filled, other=0)
