@@ -166,6 +166,7 @@ def _store_chunked(key, cols, chunk, first, count, lo, hi, need, out_row, CAP: t
     are in column order. A candidate's column-order rank among flagged ones is then the flagged candidates of the
     chunks before its own plus those before it in its chunk: one packed prefix in slot order (above << 16 | inside)
     read at the chunks' first and last slots, no reordering through memory."""
+    tl.static_assert(CAP <= _RANK_MASK, "a chunk's flagged count must fit a half of the packed prefix")
     is_above = key > hi.to(tl.uint32)
     inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
     flags = (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
