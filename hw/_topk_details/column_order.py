@@ -44,10 +44,10 @@ Per row:
                  Either way the candidates are appended by chunks, in column order within a chunk, each chunk
                  recording its first slot and its count. The finishing program loads the tile as appended (slot
                  order), narrows to a terminal state and stores each taken candidate at its column-order rank (the
-                 taken candidates of earlier chunks plus those before it in its own: _store_chunked). When more than CAP keys are >= tau (massive ties,
-                 structured rows), or fewer than k_eff (a sample that misrepresents its row: tau above the k-th
-                 key), it narrows by streaming rounds over the row instead and stores the selection by a streaming
-                 pass: slower, the same result.
+                 taken candidates of earlier chunks plus those before it in its own: _store_chunked). When more
+                 than CAP keys are >= tau (massive ties, structured rows), or fewer than k_eff (a sample that
+                 misrepresents its row: tau above the k-th key), it narrows by streaming rounds over the row
+                 instead and stores the selection by a streaming pass: slower, the same result.
 """
 from __future__ import annotations
 
