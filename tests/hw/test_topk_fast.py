@@ -17,6 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import hw
 from hw._topk_details import column_order, radix_fast
@@ -738,6 +740,57 @@ def test_sweep_threshold_above_the_kth_key(device):
     tiling = FastTiling(tile_w=128, cap=128, block=256, sweep_samples=samples)
     want = in_column_order(sim_top_k(x, k, starts=starts, ends=ends))
     assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a sampled threshold above the k-th)")
+
+
+@triton.jit
+def _store_chunked_probe(key_ptr, cols_ptr, chunk_ptr, first_ptr, count_ptr, out_ptr, lo, hi, need,
+                         CAP: tl.constexpr, CHUNKS: tl.constexpr):
+    slots = tl.arange(0, CAP)
+    c = tl.arange(0, CHUNKS)
+    column_order._store_chunked(tl.load(key_ptr + slots).to(tl.uint32, bitcast=True), tl.load(cols_ptr + slots),
+                                tl.load(chunk_ptr + slots), tl.load(first_ptr + c), tl.load(count_ptr + c),
+                                lo, hi, need, out_ptr, CAP)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_store_chunked_in_column_order_whatever_the_slot_order(seed: int, device):
+    """The long finish's store from a candidate tile in slot order: the chunks' runs of slots lie in any order (the
+    order of their atomic adds on a GPU; under the interpreter the sweep's always come in the chunks' own), some
+    chunks hold none, slots past the candidates are empty; every key above hi and the first `need` inside [lo, hi]
+    by column land in column order, and nothing past them. Chunks past the row's (the tile of chunk records is a
+    power of two) and empty ones record no slots, an empty one at slot 0 among them."""
+    rng = np.random.default_rng(seed)
+    cap, chunks, live, block = 64, 8, 6, 16
+    key = rng.integers(1, 12, live * block)              # many ties at every key
+    key[rng.permutation(live * block)[:live * block * 2 // 3]] = 0
+    key[2 * block:3 * block] = 0                         # a chunk with no candidate
+    tau = 5
+    cand = [np.flatnonzero(key[c * block:(c + 1) * block] >= tau) + c * block for c in range(live)]
+    count = np.array([len(x) for x in cand] + [0] * (chunks - live))
+    assert 0 < count.sum() <= cap and count[2] == 0
+    first = np.zeros(chunks, dtype=np.int64)
+    slot = 0
+    order = rng.permutation(live)                        # the runs' order in the tile: not the chunks'
+    for c in ([2] if seed % 2 else []) + [c for c in order if not (seed % 2 and c == 2)]:
+        first[c] = slot
+        slot += count[c]
+    tile_key, tile_col, tile_chunk = np.zeros(cap, np.int64), np.zeros(cap, np.int64), np.zeros(cap, np.int64)
+    for c in range(live):
+        tile_col[first[c]:first[c] + count[c]] = cand[c]
+        tile_key[first[c]:first[c] + count[c]] = key[cand[c]]
+        tile_chunk[first[c]:first[c] + count[c]] = c
+    columns = np.concatenate(cand)
+    for lo, hi in ((7, 7), (6, 8), (tau, tau)):
+        above, inside = columns[key[columns] > hi], columns[(key[columns] >= lo) & (key[columns] <= hi)]
+        for need in sorted({0, 1, len(inside) // 2, len(inside)}):
+            want = np.sort(np.concatenate([above, np.sort(inside)[:need]]))
+            as_i32 = lambda a: torch.tensor(a, dtype=torch.int32, device=device)   # noqa: E731
+            out = torch.full((len(want) + 1,), -7, dtype=torch.int32, device=device)
+            _store_chunked_probe[(1,)](as_i32(tile_key), as_i32(tile_col), as_i32(tile_chunk), as_i32(first),
+                                       as_i32(count), out, lo, hi, need, CAP=cap, CHUNKS=chunks)
+            got = out.cpu().numpy()
+            assert_exact(got[:-1], want.astype(np.int32), f"store from slot order (lo {lo}, hi {hi}, need {need})")
+            assert got[-1] == -7, "stored past the selection"
 
 
 def test_sweep_samples_by_width():
