@@ -82,6 +82,7 @@ from .radix_fast import (
     _narrow,
     _narrow_on_row,
     _row_range,
+    _split_flags,
     group_size,
     k_pad,
     probe_bits,
@@ -141,9 +142,8 @@ def _store_columns(key, cols, lo, hi, need, n_above, n_inside, out_row, THREADS:
     """Store the selected columns of one tile (in column order as _exclusive_prefix's THREADS and VEC say; after
     n_above / n_inside earlier keys above / inside [lo, hi]) at their output places; returns the updated (n_above,
     n_inside)."""
-    is_above = key > hi.to(tl.uint32)
-    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    ranks = _exclusive_prefix((is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32), THREADS, VEC)
+    is_above, inside, flags = _split_flags(key, lo, hi)
+    ranks = _exclusive_prefix(flags, THREADS, VEC)
     inside_rank = (ranks & _RANK_MASK) + n_inside
     take = is_above | (inside & (inside_rank < need))
     if THREADS > 0:
@@ -167,9 +167,7 @@ def _store_chunked(key, cols, chunk, first, count, lo, hi, need, out_row, CAP: t
     chunks before its own plus those before it in its chunk: one packed prefix in slot order (above << 16 | inside)
     read at the chunks' first and last slots, no reordering through memory."""
     tl.static_assert(CAP <= _RANK_MASK, "a chunk's flagged count must fit a half of the packed prefix")
-    is_above = key > hi.to(tl.uint32)
-    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    flags = (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
+    is_above, inside, flags = _split_flags(key, lo, hi)
     before = tl.cumsum(flags, 0) - flags   # exclusive, slot order; each half a count < 2^16
     at_first = tl.gather(before, tl.minimum(first, CAP - 1), 0)
     at_last = tl.gather(before + flags, tl.minimum(tl.maximum(first + count - 1, 0), CAP - 1), 0)
@@ -195,9 +193,8 @@ def _store_gathered(key, base, lo, hi, need, out_row, TILE: tl.constexpr, THREAD
     """_store_columns of a whole row held in a _row_columns tile from column `base`, the places first gathered into
     column order (through shared memory), so that the lanes of a store hold adjacent columns and write adjacent
     places instead of places a thread's selection apart."""
-    is_above = key > hi.to(tl.uint32)
-    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    ranks = _exclusive_prefix((is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32), THREADS, VEC)
+    is_above, inside, flags = _split_flags(key, lo, hi)
+    ranks = _exclusive_prefix(flags, THREADS, VEC)
     inside_rank = ranks & _RANK_MASK
     place = tl.where(is_above | (inside & (inside_rank < need)), (ranks >> _RANK_BITS) + tl.minimum(inside_rank, need),
                      -1)

@@ -454,6 +454,14 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
 
 
 @triton.jit
+def _split_flags(key, lo, hi):
+    """(above flag, inside flag, the two packed as above << 16 | inside) of a tile of keys against [lo, hi]."""
+    is_above = key > hi.to(tl.uint32)
+    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+    return is_above, inside, (is_above.to(tl.int32) << _RANK_BITS) | inside.to(tl.int32)
+
+
+@triton.jit
 def _ranks(a, b):
     """Exclusive ranks, in tile order, of the True entries of two flag tiles (< 2^16 entries): one cumsum."""
     flags = (a.to(tl.int32) << _RANK_BITS) | b.to(tl.int32)
@@ -464,10 +472,9 @@ def _ranks(a, b):
 @triton.jit
 def _split_ranks(key, lo, hi):
     """(above flag, inside flag, exclusive rank among the above, among the inside) of a tile, in tile order."""
-    is_above = key > hi.to(tl.uint32)
-    inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
-    above_rank, inside_rank = _ranks(is_above, inside)
-    return is_above, inside, above_rank, inside_rank
+    is_above, inside, flags = _split_flags(key, lo, hi)
+    ranks = tl.cumsum(flags, 0) - flags
+    return is_above, inside, ranks >> _RANK_BITS, ranks & _RANK_MASK
 
 
 @triton.jit
