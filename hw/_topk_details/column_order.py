@@ -456,6 +456,8 @@ def _sweep_kernel(
     THREADS: tl.constexpr,  # _row_columns' threads
     VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (vectors()), else 1
     READ_BEFORE_WAIT: tl.constexpr,   # SWEEP_READS_BEFORE_WAIT
+    CHUNK_IDS: tl.constexpr,   # column order: chunk ids after the keys, rows of at most k keys not read; else
+                               # (the sorted form) candidates [rows, 2 * CAP], every row read
     PDL: tl.constexpr,
 ):
     """Append the visible keys >= the row's sampled threshold among one chunk of BLOCK columns to the row's
@@ -467,7 +469,8 @@ def _sweep_kernel(
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
-    end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
+    if CHUNK_IDS:
+        end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
     meta_row = meta_ptr + row * _META
     cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
@@ -481,13 +484,14 @@ def _sweep_kernel(
     first = tl.atomic_add(meta_row + _META_COUNT, count, sem="relaxed")
     slot = first + _exclusive_prefix(flags, THREADS, VEC)
     keep = (flags != 0) & (slot < CAP)
-    cand_row = cand_ptr + row * (3 * CAP)
+    cand_row = cand_ptr + row * ((3 if CHUNK_IDS else 2) * CAP)
     tl.store(_scatter_view(cand_row + slot, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
              mask=_scatter_view(keep, THREADS, VEC))
     tl.store(_scatter_view(cand_row + CAP + slot, THREADS, VEC),
              _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC), mask=_scatter_view(keep, THREADS, VEC))
-    tl.store(_scatter_view(cand_row + 2 * CAP + slot, THREADS, VEC), _scatter_view(chunk + flags * 0, THREADS, VEC),
-             mask=_scatter_view(keep, THREADS, VEC))
+    if CHUNK_IDS:
+        tl.store(_scatter_view(cand_row + 2 * CAP + slot, THREADS, VEC),
+                 _scatter_view(chunk + flags * 0, THREADS, VEC), mask=_scatter_view(keep, THREADS, VEC))
     chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
     tl.store(chunk_row, first)
     tl.store(chunk_row + 1, count)
@@ -613,17 +617,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     finish = {"BLOCK": tiling.block, "num_warps": tiling.num_warps, "PDL": False,
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
-        chunk_w = triton.cdiv(width, tiling.block)
-        chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device)
-        _sample_tau_kernel[(rows,)](
-            logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
-            SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-            SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
-        _sweep_kernel[(rows, chunk_w)](
-            logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
-            CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
-            READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, num_warps=tiling.cand_warps,
-            **register_cap(tiling.sweep_maxnreg), **pdl)
+        chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=True)
+        chunk_w = chunks.shape[1]
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
             CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, **finish)
@@ -649,6 +644,27 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
         CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, SWEEP=False, **finish)
+
+
+def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.Tensor, has_starts: bool,
+                 meta: torch.Tensor, cand: torch.Tensor, k: int, tiling: FastTiling, chunk_ids: bool) -> torch.Tensor:
+    """Either form's long-path candidates by the sample and one sweep (FastTiling.sweep_samples): meta's tau and
+    count, cand's columns and keys (chunk_ids, column order: [rows, 3 * CAP] with chunk ids, rows of at most k keys
+    not read; else [rows, 2 * CAP], every row read: the sorted finish selects those too). Returns the chunks'
+    first slots and counts, int32 [rows, cdiv(W, block), 2]."""
+    (rows, width), device = logits.shape, logits.device
+    pdl = pdl_launch(tiling.pdl, device)
+    chunks = torch.empty((rows, triton.cdiv(width, tiling.block), 2), dtype=torch.int32, device=device)
+    _sample_tau_kernel[(rows,)](
+        logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
+        SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
+    _sweep_kernel[(rows, chunks.shape[1])](
+        logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
+        CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
+        READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, CHUNK_IDS=chunk_ids, num_warps=tiling.cand_warps,
+        **register_cap(tiling.sweep_maxnreg), **pdl)
+    return chunks
 
 
 def _sweep_layout(tiling: FastTiling, vec: bool) -> dict:
@@ -695,10 +711,29 @@ _SWEEP_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32",
                 "cand_ptr": "*i32", "chunk_ptr": "*i32"}
 
 
+def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, targets: tuple[str, ...],
+                chunk_ids: bool) -> tuple[CompileSpec, CompileSpec]:
+    """The sample's and the sweep's kernels of one launch of either form (chunk_ids: column order's)."""
+    # rows of `width` columns, contiguous: the sweep loads in 16-byte vectors
+    ints = ("width", "stride_row") if width % 16 == 0 else ()
+    return (
+        CompileSpec(label=label + "/sample_tau", fn=_sample_tau_kernel, types=_SAMPLE_TAU_TYPES,
+                    num_warps=tiling.num_warps, targets=targets,
+                    constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
+                                "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
+                                "PDL": tiling.pdl}),
+        CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
+                    num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
+                    aligned=(*_SWEEP_TYPES, *ints),
+                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block,
+                                **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
+                                "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT, "CHUNK_IDS": chunk_ids}))
+
+
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
               targets: tuple[str, ...]) -> tuple[CompileSpec, ...]:
     """The column-order kernels of one launch (the long path's group maxima and tau are the sorted form's, listed
-    by radix_fast.isa_specs)."""
+    by radix_fast.isa_specs: both forms take them at the same widths)."""
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
               "PDL": tiling.pdl}
     if width <= tiling.tile_w:
@@ -718,20 +753,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     if tiling.sweep_samples:
         chunk_w = triton.cdiv(width, tiling.block)
-        # rows of `width` columns, contiguous: the sweep loads in 16-byte vectors
-        ints = ("width", "stride_row") if width % 16 == 0 else ()
         return (
-            CompileSpec(label=label + "/columns/sample_tau", fn=_sample_tau_kernel, types=_SAMPLE_TAU_TYPES,
-                        num_warps=tiling.num_warps, targets=targets,
-                        constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
-                                    "SLACK": SAMPLE_SLACK, "CAP": tiling.cap,
-                                    "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS, "PDL": tiling.pdl}),
-            CompileSpec(label=label + "/columns/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
-                        num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
-                        aligned=(*_SWEEP_TYPES, *ints),
-                        constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block,
-                                    **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
-                                    "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT}),
+            *sweep_specs(tiling, width, has_starts, label + "/columns", targets, chunk_ids=True),
             CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                         num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                         constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,

@@ -36,10 +36,10 @@ COLUMNS_WIDE_TILE_WARPS = 16
 #: bytes a thread at most such widths; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
 #: chunk (the widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
 COLUMNS_LONG_FINISH_MAXNREG = 128
-#: NVIDIA, the column-order sweep (_sweep_kernel, 4 warps) under this register cap: five programs an SM, as ptxas
-#: chooses by itself for triton 3.6's and 3.9's PTX (86-87 registers; the form timed); for triton 3.7.1's it takes 80
-#: and spills 8 bytes a thread, for 3.8's 72 (docs/perf/isa-sm90-triton3.7.md)
-COLUMNS_SWEEP_MAXNREG = 88
+#: NVIDIA, the long path's sweep (column_order._sweep_kernel, 4 warps; both forms) under this register cap: five
+#: programs an SM, as ptxas chooses by itself for triton 3.6's and 3.9's PTX (86-87 registers; the form timed); for
+#: triton 3.7.1's it takes 80 and spills 8 bytes a thread, for 3.8's 72 (docs/perf/isa-sm90-triton3.7.md)
+SWEEP_MAXNREG = 88
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -49,20 +49,24 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
+def _swept(tiling: FastTiling, width: int, k: int, nvidia: bool) -> FastTiling:
+    """Both forms' long path: the candidates by a threshold from sampled keys and one sweep where the sample is
+    large enough for the width (column_order.sweep_samples; on NVIDIA under SWEEP_MAXNREG), else by group maxima and
+    tau."""
+    samples = column_order.sweep_samples(width, k, tiling.cap)
+    return dataclasses.replace(tiling, sweep_samples=samples,
+                               sweep_maxnreg=SWEEP_MAXNREG if nvidia and samples else None)
+
+
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
-    """The column-order launch constants: radix_fast's, on the long path with the threshold from sampled keys and
-    one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA under
-    COLUMNS_SWEEP_MAXNREG) and the finish's COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk),
-    on the on-chip path with COLUMNS_ROW_CAP and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above
-    one row per SM (on NVIDIA under the register cap of COLUMNS_MAXNREG for its programs per SM, and at
-    COLUMNS_RANK_PER_SM on wide tiles the rank finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide
-    tiles)."""
+    """The column-order launch constants: the sorted form's, on the long path with the finish's
+    COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP
+    and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the
+    register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank
+    finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     if width > tiling.tile_w:
         several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
-        samples = column_order.sweep_samples(width, k, tiling.cap)
-        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None,
-                                   sweep_samples=samples,
-                                   sweep_maxnreg=COLUMNS_SWEEP_MAXNREG if nvidia and samples else None)
+        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None)
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling
@@ -92,13 +96,16 @@ def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: b
     """The launch constants on `target` (NVIDIA, AMD or the interpreter) for `rows` rows on `sms` SMs (0: not
     known), sorted (`by_value`) or in column order."""
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
-    return tiling if by_value else _in_columns(tiling, width, k, rows, sms, target is Target.NVIDIA)
+    nvidia = target is Target.NVIDIA
+    if width > tiling.tile_w:
+        tiling = _swept(tiling, width, k, nvidia)
+    return tiling if by_value else _in_columns(tiling, width, k, rows, sms, nvidia)
 
 
 def _column_specs(width: int, k: int, has_starts: bool, many_rows: bool, target: str) -> tuple:
     """The column-order kernels a launch on `target` ("sm90" or "gfx950") takes for rows of `width` columns at k,
     with the launch constants _tiling gives there (many_rows: MANY_ROWS_PER_SM rows per SM, else one)."""
-    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+    label = radix_fast.isa_label(width, k, has_starts, many_rows)
     tiling = _tiling(Target.of_isa(target), width, k, MANY_ROWS_PER_SM if many_rows else 0, 1, False)
     return column_order.isa_specs(tiling, width, k, has_starts, label, (target,))
 
@@ -109,7 +116,11 @@ def _isa_specs() -> tuple:
     for width, k, has_starts, *many in ISA_SHAPES:
         many_rows = bool(many and many[0])
         for target in ISA_TARGETS:
-            specs += radix_fast.isa_specs(width, k, has_starts, many_rows, target)
+            tiling = _tiling(Target.of_isa(target), width, k, MANY_ROWS_PER_SM if many_rows else 0, 1, True)
+            specs += radix_fast.isa_specs(width, k, has_starts, many_rows, target, tiling)
+            if tiling.sweep_samples:
+                label = radix_fast.isa_label(width, k, has_starts, many_rows)
+                specs += column_order.sweep_specs(tiling, width, has_starts, label, (target,), chunk_ids=False)
             specs += _column_specs(width, k, has_starts, many_rows, target)
     return tuple(specs)
 

@@ -59,7 +59,11 @@ Two paths, picked from the width alone (the grid depends only on shapes):
                is then resolved by a bound on the columns, not by their order. If more than CAP keys are >= tau
                (structured rows, massive ties) that program narrows by streaming rounds over the row before
                compacting: slower, same result. Global traffic: one full read for the maxima, one read of the
-               qualifying groups (mostly from L2) for the candidates, then as above.
+               qualifying groups (mostly from L2) for the candidates, then as above. Rows narrow enough for
+               a sampled threshold (FastTiling.sweep_samples, column_order.sweep_samples) take column_order's
+               sample and sweep for the first three: tau from sampled keys, one read of the row appending the
+               keys >= tau; if fewer than k_eff keys reach it, the finish takes them all and narrows below it by
+               streaming rounds.
 """
 from __future__ import annotations
 
@@ -927,7 +931,13 @@ def _topk_long_kernel(
     ge_lo = tl.load(meta_row + _META_COUNT)
     hi = lo * 0 + _KEY_MAX
     above = start * 0
-    if ge_lo > CAP:
+    missed = ge_lo < k_eff   # a sampled tau above the k_eff-th key (the sweep's): every key >= it is selected
+    if missed:
+        hi = lo - 1
+        above = ge_lo
+        lo = lo * 0 + 1
+        ge_lo = tl.maximum(end, start) - start
+    if (ge_lo > CAP) | missed:
         while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
             mid = lo + ((hi - lo + 1) >> 1)
             c = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
@@ -1114,17 +1124,21 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
         groups = triton.cdiv(width, gsize)
         per_program = max(1, tiling.tile_w // gsize)
-        gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
         meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
         has_starts = starts is not None
-        _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
-            logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
-            GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
-        launch_tau(starts_arg, lengths, gmax, meta, width, k, has_starts, tiling)
-        _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
-            logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
-            HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
-            num_warps=tiling.cand_warps, **pdl)
+        if tiling.sweep_samples:
+            from . import column_order  # here: column_order imports this module
+            column_order.launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=False)
+        else:
+            gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
+            _group_max_kernel[(rows, triton.cdiv(groups, per_program))](
+                logits, starts_arg, lengths, gmax, width, logits.stride(0), groups, HAS_STARTS=has_starts,
+                GROUP=gsize, GROUPS_PER_PROGRAM=per_program, num_warps=tiling.num_warps, **pdl)
+            launch_tau(starts_arg, lengths, gmax, meta, width, k, has_starts, tiling)
+            _candidates_kernel[(rows, triton.cdiv(groups, tiling.block // gsize))](
+                logits, starts_arg, lengths, gmax, meta, cand, meta, width, logits.stride(0), groups,
+                HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
+                num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
                                    k, BLOCK=tiling.block, **common, **pdl)
     _order_kernel[(rows, order_programs(order, group))](
@@ -1149,13 +1163,20 @@ _CAND_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32", 
                "meta_ptr": "*i32", "cand_ptr": "*i32", "chunk_ptr": "*i32"}
 
 
-def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
-              target: str = "sm90") -> tuple[CompileSpec, ...]:
+def isa_label(width: int, k: int, has_starts: bool, many_rows: bool) -> str:
+    """The cross-compile labels' stem of one of ISA_SHAPES (both forms)."""
+    return f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+
+
+def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False, target: str = "sm90",
+              tiling: FastTiling | None = None) -> tuple[CompileSpec, ...]:
     """The kernels the sorted form launches on `target` (one of ISA_TARGETS) for rows of `width` columns at k, as
     CompileSpecs (hw.isa_spec); many_rows: at MANY_ROWS_PER_SM rows per SM or more (the register cap and
-    programmatic dependent launch are NVIDIA's)."""
-    tiling = target_tiling(Target.of_isa(target), width, k, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
-    label = f"topk_fast/W{width}/k{k}" + ("/ragged" if has_starts else "") + ("/many_rows" if many_rows else "")
+    programmatic dependent launch are NVIDIA's). Under `tiling` (default: target_tiling's) with sweep_samples, the
+    long path's candidates come from column_order's sample and sweep, which the caller lists."""
+    if tiling is None:
+        tiling = target_tiling(Target.of_isa(target), width, k, rows=MANY_ROWS_PER_SM if many_rows else 0, sms=1)
+    label = isa_label(width, k, has_starts, many_rows)
     order = ordering(k, tiling)
     group = count_group(order, width <= tiling.tile_w and tiling.tiers == 1)
     common = {"HAS_STARTS": has_starts, "K_PAD": k_pad(k), "CAP": tiling.cap, "PROBE_BITS": probe_bits(tiling.cap),
@@ -1177,6 +1198,10 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
                             "two programs per SM, three row tiles in 128 registers, some words spilled: faster "
                             "from 1056 rows on the H200 (docs/perf/h200-topk-rows.json, h200-topk-tiers.json)"),
                 order_spec)
+    long_spec = CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps, types=_TOPK_LONG_TYPES,
+                            constexprs=common | {"BLOCK": tiling.block}, targets=(target,))
+    if tiling.sweep_samples:
+        return long_spec, order_spec
     gsize = group_size(width, tiling.tile_w)
     return (
         CompileSpec(label=label + "/group_max", fn=_group_max_kernel, types=_GMAX_TYPES,
@@ -1189,9 +1214,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False,
                     num_warps=tiling.cand_warps, targets=(target,),
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block, "GROUP": gsize,
                                 "CHUNK_IDS": False, "PDL": tiling.pdl}),
-        CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps,
-                    types=_TOPK_LONG_TYPES, constexprs=common | {"BLOCK": tiling.block},
-                    targets=(target,)),
+        long_spec,
         order_spec,
     )
 

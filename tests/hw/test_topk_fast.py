@@ -88,6 +88,9 @@ TILINGS = {
     "segments_many_rows": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                                      segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
+    # the long path's candidates from a sampled threshold and one sweep
+    "long_sweep": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64),
+    "long_sweep_tiny_cap": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32),
 }
 
 
@@ -527,11 +530,11 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 # the launch settings that reach every column-order branch: the launcher's (on chip), a tiny candidate tile finished
 # by rounds and by ranks, the long path with a small candidate tile and with a tiny one (streaming fallback), both
 # also with the sampled threshold and the sweep
-COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap")} | {
+COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "long_sweep",
+                                                   "long_sweep_tiny_cap")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
                             rank_finish=True),
-    "long_sweep": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64),
-    "long_sweep_tiny_cap": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32)}
+}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -738,8 +741,11 @@ def test_sweep_threshold_above_the_kth_key(device):
         assert 0 < (x[r, starts[r]:ends[r]] >= threshold[r]).sum() < k, (r, threshold[r])
     case = Case("sampled_largest", width, k, tuple(ends.tolist()), starts=tuple(starts.tolist()))
     tiling = FastTiling(tile_w=128, cap=128, block=256, sweep_samples=samples)
-    want = in_column_order(sim_top_k(x, k, starts=starts, ends=ends))
-    assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a sampled threshold above the k-th)")
+    want = sim_top_k(x, k, starts=starts, ends=ends)
+    assert_exact(_columns(x, case, tiling, device), in_column_order(want),
+                 "column-order top-k (a sampled threshold above the k-th)")
+    assert_exact(_run(radix_fast._launch, x, case, tiling, device), want,
+                 "sorted top-k (a sampled threshold above the k-th)")
 
 
 @triton.jit
@@ -808,7 +814,7 @@ def test_sweep_samples_by_width():
             fits = [s for s in column_order.SWEEP_SAMPLES if expected_candidates(width, k, s) <= 0.75 * cap]
             assert m == (fits[0] if fits else 0), (width, k, m)
             assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, False).sweep_samples == m
-            assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, True).sweep_samples == 0
+            assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, True).sweep_samples == m
     assert column_order.sweep_samples(131072, 2048, 4096) == 8192
     assert column_order.sweep_samples(262144, 2048, 4096) == 0
 
