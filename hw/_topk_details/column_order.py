@@ -651,27 +651,32 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     """Either form's long-path candidates by the sample and one sweep (FastTiling.sweep_samples): meta's tau and
     count, cand's columns and keys (chunk_ids, column order: [rows, 3 * CAP] with chunk ids, rows of at most k keys
     not read; else [rows, 2 * CAP], every row read: the sorted finish selects those too). Returns the chunks'
-    first slots and counts, int32 [rows, cdiv(W, block), 2]."""
+    first slots and counts, int32 [rows, cdiv(W, sweep_block(tiling)), 2]."""
     (rows, width), device = logits.shape, logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    chunks = torch.empty((rows, triton.cdiv(width, tiling.block), 2), dtype=torch.int32, device=device)
+    chunks = torch.empty((rows, triton.cdiv(width, sweep_block(tiling)), 2), dtype=torch.int32, device=device)
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
         SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
     _sweep_kernel[(rows, chunks.shape[1])](
         logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
-        CAP=tiling.cap, BLOCK=tiling.block, **_sweep_layout(tiling, vectors(logits)),
+        CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
         READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, CHUNK_IDS=chunk_ids, num_warps=tiling.cand_warps,
         **register_cap(tiling.sweep_maxnreg), **pdl)
     return chunks
 
 
 def _sweep_layout(tiling: FastTiling, vec: bool) -> dict:
-    """_sweep_kernel's THREADS and VEC for chunks of tiling.block columns in tiling.cand_warps warps: VEC = 4 with
-    `vec` (vectors()), else 1; THREADS the program's threads, at most block / VEC."""
+    """_sweep_kernel's THREADS and VEC for chunks of sweep_block(tiling) columns in tiling.cand_warps warps: VEC = 4
+    with `vec` (vectors()), else 1; THREADS the program's threads, at most that chunk / VEC."""
     v = 4 if vec else 1
-    return {"THREADS": min(tiling.lanes * tiling.cand_warps, tiling.block // v), "VEC": v}
+    return {"THREADS": min(tiling.lanes * tiling.cand_warps, sweep_block(tiling) // v), "VEC": v}
+
+
+def sweep_block(tiling: FastTiling) -> int:
+    """Columns a sweep program reads (a chunk of the candidates): tiling.sweep_block, else tiling.block."""
+    return tiling.sweep_block or tiling.block
 
 
 def vectors(logits: torch.Tensor) -> bool:
@@ -725,7 +730,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
                     aligned=(*_SWEEP_TYPES, *ints),
-                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": tiling.block,
+                    constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": sweep_block(tiling),
                                 **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
                                 "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT, "CHUNK_IDS": chunk_ids}))
 
@@ -752,7 +757,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                                  "RANK_FINISH": tiling.rank_finish,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     if tiling.sweep_samples:
-        chunk_w = triton.cdiv(width, tiling.block)
+        chunk_w = triton.cdiv(width, sweep_block(tiling))
         return (
             *sweep_specs(tiling, width, has_starts, label + "/columns", targets, chunk_ids=True),
             CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,

@@ -31,16 +31,19 @@ COLUMNS_RANK_CAP = 64
 #: a row")
 COLUMNS_WIDE_TILE = 8192
 COLUMNS_WIDE_TILE_WARPS = 16
-#: NVIDIA, the column-order long path's finishing kernel under this register cap when a candidate chunk holds several
-#: groups (rows of up to 2^23 columns): given triton 3.8's PTX, ptxas otherwise takes 64 registers and spills 16-56
-#: bytes a thread at most such widths; with the cap it takes 80-128 and none under triton 3.6-3.9. With one group a
-#: chunk (the widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
-COLUMNS_LONG_FINISH_MAXNREG = 128
-#: NVIDIA, the long path's sweep (column_order._sweep_kernel, 4 warps; both forms) under this register cap: five
-#: programs an SM, as ptxas chooses by itself for triton 3.6's and 3.9's PTX (86-87 registers; the form timed); for
-#: triton 3.7.1's it takes 80 and spills 8 bytes a thread, for 3.8's 72 (docs/perf/isa-sm90-triton3.7.md)
-SWEEP_MAXNREG = 88
-
+#: NVIDIA, the long path's finishing kernel (both forms) under this register cap when a candidate chunk holds several
+#: groups (rows of up to 2^23 columns): ptxas otherwise takes 64 registers and spills 8-56 bytes a thread at such
+#: widths (column order: triton 3.8's PTX; the sorted form's, with its branch for a sampled tau above the k_eff-th
+#: key: 3.6's and 3.7's); with the cap it takes 70-128 and none under triton 3.6-3.9. With one group a chunk (the
+#: widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
+LONG_FINISH_MAXNREG = 128
+#: NVIDIA, the long path's sweep (column_order._sweep_kernel, 4 warps; both forms) in programs of SWEEP_BLOCK columns
+#: (one chunk each) under SWEEP_MAXNREG: ten programs an SM, against 2048 columns at five (under maxnreg 88) before;
+#: faster at every shape measured, 512 columns slower (docs/perf/h200-topk.md, "Smaller sweep programs"). Without
+#: the cap ptxas takes 40 registers and 8 bytes of stack for the column order's sweep under triton 3.6 and 3.7.1, 48
+#: and none under 3.8 and 3.9; with it 48 and none under each. The finish's streaming chunk stays FastTiling.block
+SWEEP_BLOCK = 1024
+SWEEP_MAXNREG = 48
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
     if call.sorted:
@@ -49,24 +52,23 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _swept(tiling: FastTiling, width: int, k: int, nvidia: bool) -> FastTiling:
-    """Both forms' long path: the candidates by a threshold from sampled keys and one sweep where the sample is
-    large enough for the width (column_order.sweep_samples; on NVIDIA under SWEEP_MAXNREG), else by group maxima and
-    tau."""
-    samples = column_order.sweep_samples(width, k, tiling.cap)
-    return dataclasses.replace(tiling, sweep_samples=samples,
-                               sweep_maxnreg=SWEEP_MAXNREG if nvidia and samples else None)
+def _long_path(tiling: FastTiling, width: int, k: int, nvidia: bool) -> FastTiling:
+    """Both forms' launch constants for rows wider than tiling.tile_w: on NVIDIA the finish under
+    LONG_FINISH_MAXNREG while a candidate chunk holds several groups; the candidates by a threshold from sampled keys
+    and one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA in programs
+    of SWEEP_BLOCK columns under SWEEP_MAXNREG), else by group maxima and tau."""
+    several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
+    return dataclasses.replace(tiling, finish_maxnreg=LONG_FINISH_MAXNREG if nvidia and several else None,
+                               sweep_samples=column_order.sweep_samples(width, k, tiling.cap),
+                               sweep_block=SWEEP_BLOCK if nvidia else 0,
+                               sweep_maxnreg=SWEEP_MAXNREG if nvidia else None)
 
 
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
-    """The column-order launch constants: the sorted form's, on the long path with the finish's
-    COLUMNS_LONG_FINISH_MAXNREG (NVIDIA, several groups a candidate chunk), on the on-chip path with COLUMNS_ROW_CAP
-    and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA under the
-    register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the rank
-    finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
-    if width > tiling.tile_w:
-        several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
-        return dataclasses.replace(tiling, finish_maxnreg=COLUMNS_LONG_FINISH_MAXNREG if nvidia and several else None)
+    """The column-order launch constants of the on-chip path (width <= tiling.tile_w): the sorted form's with
+    COLUMNS_ROW_CAP and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA
+    under the register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the
+    rank finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling
@@ -98,7 +100,7 @@ def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: b
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
     nvidia = target is Target.NVIDIA
     if width > tiling.tile_w:
-        tiling = _swept(tiling, width, k, nvidia)
+        return _long_path(tiling, width, k, nvidia)
     return tiling if by_value else _in_columns(tiling, width, k, rows, sms, nvidia)
 
 

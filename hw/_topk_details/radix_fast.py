@@ -150,10 +150,11 @@ class FastTiling(LaunchSettings):
     tiers: int = 1                   # on-chip path: 1, or 2 / 3 tile widths (TILE_W, / 2, / 4) chosen per row
     lanes: int = 32                  # threads of a warp on the target (Target.lanes): column_order's row tile
     rank_finish: bool = False        # column order on chip: the candidate tile finished by ranks (cap <= 256)
-    finish_maxnreg: int | None = None  # register cap of column order's long finish (NVIDIA; None: ptxas chooses)
-    sweep_samples: int = 0           # column order's long path: 0, group maxima and tau; else a threshold from
-                                     # this many sampled keys and one sweep of the row (column_order)
-    sweep_maxnreg: int | None = None  # register cap of column order's sweep (NVIDIA; None: ptxas chooses)
+    finish_maxnreg: int | None = None  # register cap of the long path's finish (NVIDIA; None: ptxas chooses)
+    sweep_samples: int = 0           # the long path: 0, group maxima and tau; else a threshold from this many
+                                     # sampled keys and one sweep of the row (column_order)
+    sweep_block: int = 0             # columns a sweep program (a chunk of the candidates); 0: block
+    sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
@@ -1140,7 +1141,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
                 HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=tiling.block, GROUP=gsize, CHUNK_IDS=False,
                 num_warps=tiling.cand_warps, **pdl)
         _topk_long_kernel[(rows,)](logits, starts_arg, lengths, meta, sel, cand, *parts, width, logits.stride(0),
-                                   k, BLOCK=tiling.block, **common, **pdl)
+                                   k, BLOCK=tiling.block, **(common | register_cap(tiling.finish_maxnreg)), **pdl)
     _order_kernel[(rows, order_programs(order, group))](
         starts_arg, lengths, sel, *parts, out, width, k, HAS_STARTS=starts is not None, K_PAD=k_pad(k),
         SEGMENTS=order.segments, SEG_CAP=order.seg_cap, COUNT_GROUP=group, COUNT_W=count_w,
@@ -1199,7 +1200,8 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False, tar
                             "from 1056 rows on the H200 (docs/perf/h200-topk-rows.json, h200-topk-tiers.json)"),
                 order_spec)
     long_spec = CompileSpec(label=label, fn=_topk_long_kernel, num_warps=tiling.num_warps, types=_TOPK_LONG_TYPES,
-                            constexprs=common | {"BLOCK": tiling.block}, targets=(target,))
+                            maxnreg=tiling.finish_maxnreg, constexprs=common | {"BLOCK": tiling.block},
+                            targets=(target,))
     if tiling.sweep_samples:
         return long_spec, order_spec
     gsize = group_size(width, tiling.tile_w)

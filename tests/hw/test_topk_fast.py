@@ -88,9 +88,11 @@ TILINGS = {
     "segments_many_rows": FastTiling(tile_w=radix_fast.TILE_W, cap=radix_fast.ROW_CAP, block=radix_fast.STREAM_BLOCK,
                                      segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
-    # the long path's candidates from a sampled threshold and one sweep
+    # the long path's candidates from a sampled threshold and one sweep, also in sweep programs narrower than the
+    # finish's streaming chunk
     "long_sweep": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64),
     "long_sweep_tiny_cap": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32),
+    "long_sweep_narrow": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, sweep_block=64),
 }
 
 
@@ -396,14 +398,15 @@ def test_order_key_by_an_add_keeps_denormals():
     assert facts["gfx950"]["denorm_mode_32"] == ["3"] and facts["gfx950"]["adds_of_zero"] > 0, facts
 
 
-def test_long_finish_register_cap():
-    """sorted=False on the long path: the finishing kernel under COLUMNS_LONG_FINISH_MAXNREG on NVIDIA while a
-    candidate chunk holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD, on the
-    widest rows (one group a chunk) or in the sorted form; the selecting kernels' cap is not touched."""
-    def tiling(width, target=Target.NVIDIA, by_value=False):
+@pytest.mark.parametrize("by_value", [False, True], ids=["columns", "sorted"])
+def test_long_finish_register_cap(by_value: bool):
+    """The long path's finishing kernel (both forms) under LONG_FINISH_MAXNREG on NVIDIA while a candidate chunk
+    holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one
+    group a chunk); the selecting kernels' cap is not touched."""
+    def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
-    cap = topk_fast.COLUMNS_LONG_FINISH_MAXNREG
+    cap = topk_fast.LONG_FINISH_MAXNREG
     for width in (8193, 16384, 131072, 2 ** 20, 2 ** 23):
         t = tiling(width)
         assert t.block // radix_fast.group_size(width, t.tile_w) > 1
@@ -413,7 +416,6 @@ def test_long_finish_register_cap():
         assert t.block // radix_fast.group_size(width, t.tile_w) == 1 and t.finish_maxnreg is None, width
     assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
     assert tiling(131072, Target.AMD).finish_maxnreg is tiling(131072, Target.INTERPRETER).finish_maxnreg is None
-    assert tiling(131072, by_value=True).finish_maxnreg is None
 
 
 def test_many_rows_kernel_cross_compiles():
@@ -531,7 +533,7 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 # by rounds and by ranks, the long path with a small candidate tile and with a tiny one (streaming fallback), both
 # also with the sampled threshold and the sweep
 COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "long_sweep",
-                                                   "long_sweep_tiny_cap")} | {
+                                                   "long_sweep_tiny_cap", "long_sweep_narrow")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
                             rank_finish=True),
 }
@@ -817,6 +819,22 @@ def test_sweep_samples_by_width():
             assert topk_fast._tiling(Target.NVIDIA, width, k, 64, 132, True).sweep_samples == m
     assert column_order.sweep_samples(131072, 2048, 4096) == 8192
     assert column_order.sweep_samples(262144, 2048, 4096) == 0
+
+
+def test_sweep_block_by_target():
+    """Both forms' sweep reads SWEEP_BLOCK columns a program on NVIDIA (under SWEEP_MAXNREG), the tiling's block
+    elsewhere (uncapped); the finish's streaming chunk stays the block; rows for group maxima take no sweep."""
+    for width in (16384, 65536, 131072):
+        for by_value in (False, True):
+            block = radix_fast.fast_tiling(width, 2048).block
+            nv = topk_fast._tiling(Target.NVIDIA, width, 2048, 64, 132, by_value)
+            amd = topk_fast._tiling(Target.AMD, width, 2048, 64, 256, by_value)
+            assert nv.sweep_samples and amd.sweep_samples, width
+            assert (column_order.sweep_block(nv), nv.block, nv.sweep_maxnreg) == (
+                topk_fast.SWEEP_BLOCK, block, topk_fast.SWEEP_MAXNREG), (width, by_value)
+            assert (column_order.sweep_block(amd), amd.block, amd.sweep_maxnreg) == (block, block, None), width
+    assert topk_fast.SWEEP_BLOCK != radix_fast.fast_tiling(131072, 2048).block   # the narrow programs are NVIDIA's
+    assert topk_fast._tiling(Target.NVIDIA, 2 ** 20, 2048, 64, 132, False).sweep_samples == 0
 
 
 @pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
