@@ -45,6 +45,7 @@ LONG_FINISH_MAXNREG = 128
 SWEEP_BLOCK = 1024
 SWEEP_MAXNREG = 48
 
+
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
     if call.sorted:
         radix_fast._launch(call.logits, call.lengths, call.starts, call.out, tiling)
