@@ -48,7 +48,7 @@ SWEEP_MAXNREG = 48
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
     if call.sorted:
-        radix_fast._launch(call.logits, call.lengths, call.starts, call.out, tiling)
+        radix_fast._launch(call.logits, call.lengths, call.starts, call.out, tiling, sweep=column_order.launch_sweep)
     else:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 

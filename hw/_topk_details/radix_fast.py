@@ -1095,9 +1095,11 @@ def _tau_constexprs(tiling: FastTiling, has_starts: bool) -> dict:
 
 
 def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | None, out: torch.Tensor,
-            tiling: FastTiling) -> None:
+            tiling: FastTiling, sweep=None) -> None:
     """top_k_radix_fast with explicit launch constants (the tests shrink them to reach every path cheaply), on rows
-    of at most FAST_MAX_WIDTH columns (check_width)."""
+    of at most FAST_MAX_WIDTH columns (check_width). `sweep`: the launcher of the long path's candidates by a
+    sampled threshold and one sweep (column_order.launch_sweep, which imports this module), needed when
+    tiling.sweep_samples."""
     (rows, width), k = logits.shape, out.shape[1]
     starts_arg = lengths if starts is None else starts
     common = dict(HAS_STARTS=starts is not None, K_PAD=k_pad(k), CAP=tiling.cap, PROBE_BITS=probe_bits(tiling.cap),
@@ -1128,8 +1130,8 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
         has_starts = starts is not None
         if tiling.sweep_samples:
-            from . import column_order  # here: column_order imports this module
-            column_order.launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=False)
+            assert sweep is not None, f"{tiling}: sweep_samples needs the sweep's launcher (column_order.launch_sweep)"
+            sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=False)
         else:
             gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
             _group_max_kernel[(rows, triton.cdiv(groups, per_program))](

@@ -30,6 +30,11 @@ from sim.topk import top_k as sim_top_k
 from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
 from tests.sim._assert import assert_exact
 
+
+def sorted_launch(logits, lengths, starts, out, tiling):
+    """radix_fast._launch as the variant calls it: with the sweep's launcher for tilings that take it."""
+    radix_fast._launch(logits, lengths, starts, out, tiling, sweep=column_order.launch_sweep)
+
 pytestmark = pytest.mark.interp
 
 TIE_VALUES = np.array([-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0], dtype=np.float32)
@@ -152,7 +157,7 @@ def test_matches_sim_and_top_k_per_row(case: Case, tiling: str, device):
     if TILINGS[tiling] is None:
         radix_fast.top_k_radix_fast(logits, lengths, starts_t, case.k, out)
     else:
-        radix_fast._launch(logits, lengths, starts_t, out, TILINGS[tiling])
+        sorted_launch(logits, lengths, starts_t, out, TILINGS[tiling])
 
     context = lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})"   # noqa: E731
     assert_exact(out.cpu().numpy(), want, f"top-k indices ({case.name}, {tiling})", context=context)
@@ -189,7 +194,7 @@ def test_row_tiers(case: Case, cap: int, device, monkeypatch):
     lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
     starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
     out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
-    radix_fast._launch(logits, lengths, starts_t, out, FastTiling(tile_w=radix_fast.TILE_W, cap=cap,
+    sorted_launch(logits, lengths, starts_t, out, FastTiling(tile_w=radix_fast.TILE_W, cap=cap,
                                                                   block=radix_fast.STREAM_BLOCK, tiers=3))
     context = lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})"   # noqa: E731
     assert_exact(out.cpu().numpy(), sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends),
@@ -229,7 +234,7 @@ def test_long_path_tie_spread_over_candidate_programs(device):
     out = torch.empty((2, k), dtype=torch.int32, device=device)
     tiling = FastTiling(tile_w=64, cap=128, block=128)
     assert radix_fast.group_size(width, tiling.tile_w) == 32
-    radix_fast._launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
+    sorted_launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=np.array([width, width - 5])),
                  "top-k indices (a tie trimmed across candidate programs)")
 
@@ -450,7 +455,7 @@ def test_order_segment_overflow(device):
     lengths = np.array([128, 60, 3, 100, 20, 14])
     x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(len(lengths), 0)
     out = torch.full((len(lengths), k), 12345, dtype=torch.int32, device=device)
-    radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
+    sorted_launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
                        None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
 
@@ -490,7 +495,7 @@ def test_counting_sorted_and_partitioned_rows(device, monkeypatch):
         return made[-1]
     monkeypatch.setattr(torch, "empty", recording_empty)
     out = real_empty((len(x), k), dtype=torch.int32, device=device)
-    radix_fast._launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device), None,
+    sorted_launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device), None,
                        out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (counting-sorted rows)")
     (counts,) = [t for t in made if t.dtype == torch.int32 and tuple(t.shape) == (len(x),
@@ -516,7 +521,7 @@ def test_scratch_is_never_trusted(device, monkeypatch):
     lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
     for tiling in (TILINGS["segments"], TILINGS["long_segments_sampled"]):
         out = real_empty((len(case.lengths), case.k), dtype=torch.int32, device=device)
-        radix_fast._launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
+        sorted_launch(torch.from_numpy(x).to(device), lengths, None, out, tiling)
         assert_exact(out.cpu().numpy(), sim_top_k(x, case.k, starts=starts, ends=ends),
                      f"top-k indices over poisoned scratch ({tiling})")
 
@@ -540,7 +545,7 @@ COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
-    """`launch` (column_order.launch_columns or radix_fast._launch) on the case's rows, under `tiling` or the
+    """`launch` (column_order.launch_columns or sorted_launch) on the case's rows, under `tiling` or the
     launcher's own."""
     logits = torch.from_numpy(x).to(device)[:, :case.width]
     lengths = torch.tensor(case.lengths, dtype=torch.int32, device=device)
@@ -672,7 +677,7 @@ def test_random_launch_constants(seed: int, device, monkeypatch):
     clamped_starts, ends = _clamped_ranges(case)
     want = sim_top_k(x[:, :width], k, starts=clamped_starts, ends=ends)
     what = f"{case}, {tiling}"
-    assert_exact(_run(radix_fast._launch, x, case, tiling, device), want, f"sorted top-k ({what})")
+    assert_exact(_run(sorted_launch, x, case, tiling, device), want, f"sorted top-k ({what})")
     assert_exact(_columns(x, case, tiling, device), in_column_order(want), f"column-order top-k ({what})")
 
 
@@ -690,7 +695,7 @@ def test_rounds_past_the_secant(secant_rounds: int, device, monkeypatch):
         assert_exact(_columns(x, case, None, device), in_column_order(want),
                      f"column-order top-k ({case.name}, {secant_rounds} secant rounds)")
         if case.k < 1000:   # the sorted form and the long path (tau) of k = 2048 are slow in the interpreter
-            assert_exact(_run(radix_fast._launch, x, case, None, device), want,
+            assert_exact(_run(sorted_launch, x, case, None, device), want,
                          f"sorted top-k ({case.name}, {secant_rounds} secant rounds)")
             assert_exact(_columns(x, case, TILINGS["long"], device), in_column_order(want),
                          f"column-order top-k, long path ({case.name}, {secant_rounds} secant rounds)")
@@ -746,7 +751,7 @@ def test_sweep_threshold_above_the_kth_key(device):
     want = sim_top_k(x, k, starts=starts, ends=ends)
     assert_exact(_columns(x, case, tiling, device), in_column_order(want),
                  "column-order top-k (a sampled threshold above the k-th)")
-    assert_exact(_run(radix_fast._launch, x, case, tiling, device), want,
+    assert_exact(_run(sorted_launch, x, case, tiling, device), want,
                  "sorted top-k (a sampled threshold above the k-th)")
 
 
