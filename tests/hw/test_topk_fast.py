@@ -30,11 +30,6 @@ from sim.topk import top_k as sim_top_k
 from tests.hw.test_topk import POISON, _clamped_ranges  # one fixture rule for every top-k test
 from tests.sim._assert import assert_exact
 
-
-def sorted_launch(logits, lengths, starts, out, tiling):
-    """radix_fast._launch as the variant calls it: with the sweep's launcher for tilings that take it."""
-    radix_fast._launch(logits, lengths, starts, out, tiling, sweep=column_order.launch_sweep)
-
 pytestmark = pytest.mark.interp
 
 TIE_VALUES = np.array([-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0], dtype=np.float32)
@@ -142,6 +137,11 @@ def _logits(case: Case, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
+def sorted_launch(logits, lengths, starts, out, tiling):
+    """radix_fast._launch as the variant calls it: with the sweep's launcher for tilings that take it."""
+    radix_fast._launch(logits, lengths, starts, out, tiling, sweep=column_order.launch_sweep)
+
+
 @pytest.mark.parametrize("tiling", TILINGS, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_matches_sim_and_top_k_per_row(case: Case, tiling: str, device):
@@ -195,7 +195,7 @@ def test_row_tiers(case: Case, cap: int, device, monkeypatch):
     starts_t = None if case.starts is None else torch.tensor(case.starts, dtype=torch.int32, device=device)
     out = torch.full((len(case.lengths), case.k), 12345, dtype=torch.int32, device=device)
     sorted_launch(logits, lengths, starts_t, out, FastTiling(tile_w=radix_fast.TILE_W, cap=cap,
-                                                                  block=radix_fast.STREAM_BLOCK, tiers=3))
+                                                             block=radix_fast.STREAM_BLOCK, tiers=3))
     context = lambda i: f"row {i[0]} visible [{starts[i[0]]}, {ends[i[0]]})"   # noqa: E731
     assert_exact(out.cpu().numpy(), sim_top_k(x[:, :case.width], case.k, starts=starts, ends=ends),
                  f"top-k indices ({case.name}, tiers, cap {cap})", context=context)
@@ -456,7 +456,7 @@ def test_order_segment_overflow(device):
     x = np.where(cols % 8 == 0, 1000.0 + cols, cols).astype(np.float32)[None, :].repeat(len(lengths), 0)
     out = torch.full((len(lengths), k), 12345, dtype=torch.int32, device=device)
     sorted_launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device),
-                       None, out, tiling)
+                  None, out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (skewed splitters)")
 
 
@@ -496,7 +496,7 @@ def test_counting_sorted_and_partitioned_rows(device, monkeypatch):
     monkeypatch.setattr(torch, "empty", recording_empty)
     out = real_empty((len(x), k), dtype=torch.int32, device=device)
     sorted_launch(torch.from_numpy(x).to(device), torch.tensor(lengths, dtype=torch.int32, device=device), None,
-                       out, tiling)
+                  out, tiling)
     assert_exact(out.cpu().numpy(), sim_top_k(x, k, ends=lengths), "top-k indices (counting-sorted rows)")
     (counts,) = [t for t in made if t.dtype == torch.int32 and tuple(t.shape) == (len(x),
                                                                                   radix_fast.count_width(4, group))]
@@ -540,8 +540,7 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "long_sweep",
                                                    "long_sweep_tiny_cap", "long_sweep_narrow")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
-                            rank_finish=True),
-}
+                            rank_finish=True)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
