@@ -73,6 +73,7 @@ from .radix_fast import (
     _META_TAU,
     _RANK_BITS,
     _RANK_MASK,
+    _SIGN_BIT,
     FastTiling,
     _candidates_kernel,
     _count_ge_stream,
@@ -100,6 +101,8 @@ _GATHERED_STORE_MAX_TILE = Constant(4096)
 _COUNTER_WORDS = Constant(32)
 #: row_layout: the narrowest row tile whose many-rows launches spread each thread's columns over the tile
 _SPREAD_MIN_TILE = 8192
+#: the bits of +inf: a float's bits as an int32 above it are a NaN's
+_POS_INF_BITS = Constant(0x7F800000)
 #: the widest candidate tile _finish_by_ranks takes: a candidate's two counts share an int32, 16 bits each
 _RANK_FINISH_MAX_CAP = Constant(256)
 #: the sampled threshold of the long path's sweep (FastTiling.sweep_samples): sampled keys in runs of SAMPLE_RUN
@@ -124,6 +127,10 @@ _SWEEP_CAP_SHARE = 0.75
 #: wait returned, and the sweep cannot start before every sample program has passed that wait (_pdl); only the
 #: threshold, the counters and the scratch are read or written after the sweep's wait
 SWEEP_READS_BEFORE_WAIT = True
+#: why a register-capped sweep may keep a stack frame: the sorted form's keeps 8 bytes under triton 3.9 at
+#: fast.SWEEP_MAXNREG, none under 3.6-3.8 (docs/perf/isa-sm90.md)
+SWEEP_STACK = ("under fast.SWEEP_MAXNREG (twelve programs an SM, faster than ten without a stack: "
+               "docs/perf/h100-topk-sweep-tiling.json) the sorted form's sweep keeps 8 bytes under triton 3.9")
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -445,8 +452,8 @@ def _sweep_kernel(
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
     meta_ptr,             # *i32 [rows, META] from _sample_tau_kernel; the count grows by this program's candidates
-    cand_ptr,             # *i32 [rows, 3 * CAP] receives candidate columns, keys and chunks, in any order
-    chunk_ptr,            # *i32 [rows, num_programs(1), 2] receives each chunk's first slot and its count
+    cand_ptr,             # *i32 [rows, 2 * CAP] receives candidate columns and keys, in any order
+    chunk_ptr,            # *i32 [rows, num_programs(1), 2] (COLUMN_ORDER) receives each chunk's first slot and count
     width,                # i32 W
     stride_row,
     k,                    # i32, 1 <= k
@@ -456,45 +463,51 @@ def _sweep_kernel(
     THREADS: tl.constexpr,  # _row_columns' threads
     VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (vectors()), else 1
     READ_BEFORE_WAIT: tl.constexpr,   # SWEEP_READS_BEFORE_WAIT
-    CHUNK_IDS: tl.constexpr,   # column order: chunk ids after the keys, rows of at most k keys not read; else
-                               # (the sorted form) candidates [rows, 2 * CAP], every row read
+    COLUMN_ORDER: tl.constexpr,   # rows of at most k keys not read, each chunk's first slot and count recorded;
+                                  # else (the sorted form) every row read, nothing recorded
     PDL: tl.constexpr,
 ):
     """Append the visible keys >= the row's sampled threshold among one chunk of BLOCK columns to the row's
     candidates, in column order within the chunk (_candidates_kernel's contract, every group qualifying): one read
-    of every visible key, the only one when the threshold holds. Grid (rows, cdiv(W, BLOCK)); a row showing at most
-    k keys is not read (its chunks record no candidates)."""
+    of every visible key, the only one when the threshold holds. Grid (rows, cdiv(W, BLOCK)); in column order a row
+    showing at most k keys is not read (its chunks record no candidates). A chunk wholly visible under a threshold
+    above the key of 0.0 (the usual chunk of the indexer's rows) compares the bits of its values instead of order
+    keys: fewer instructions a key, and the sweep issues about 300 a warp (docs/perf/h200-topk.md, "The sweep's
+    keys by their bits")."""
     if not READ_BEFORE_WAIT:
         grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
-    if CHUNK_IDS:
+    if COLUMN_ORDER:
         end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
     meta_row = meta_ptr + row * _META
     cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
-    visible = (cols >= start) & (cols < end)
     x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
-    key = _order_key(x, visible)
     if READ_BEFORE_WAIT:
         grid_dependency_sync(PDL)
     tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
-    flags = (key >= tau).to(tl.int32)   # tau >= 1: never an invisible column
+    if (tau > _SIGN_BIT) & (chunk * BLOCK >= start) & (chunk * BLOCK + BLOCK <= end):
+        # every column visible, the threshold above the key of 0.0: the keys >= tau are the positive values (not NaN)
+        # whose bits, as an int32, reach tau's without its sign bit; their keys are their bits with it
+        bits = x.to(tl.int32, bitcast=True)
+        flags = ((bits >= (tau ^ _SIGN_BIT).to(tl.int32, bitcast=True)) & (bits <= _POS_INF_BITS)).to(tl.int32)
+        key = bits.to(tl.uint32, bitcast=True) | _SIGN_BIT
+    else:
+        key = _order_key(x, (cols >= start) & (cols < end))
+        flags = (key >= tau).to(tl.int32)   # tau >= 1: never an invisible column
     count = tl.sum(flags, 0)
     first = tl.atomic_add(meta_row + _META_COUNT, count, sem="relaxed")
     slot = first + _exclusive_prefix(flags, THREADS, VEC)
-    keep = (flags != 0) & (slot < CAP)
-    cand_row = cand_ptr + row * ((3 if CHUNK_IDS else 2) * CAP)
-    tl.store(_scatter_view(cand_row + slot, THREADS, VEC), _scatter_view(cols, THREADS, VEC),
-             mask=_scatter_view(keep, THREADS, VEC))
+    keep = _scatter_view((flags != 0) & (slot < CAP), THREADS, VEC)
+    cand_row = cand_ptr + row * (2 * CAP)
+    tl.store(_scatter_view(cand_row + slot, THREADS, VEC), _scatter_view(cols, THREADS, VEC), mask=keep)
     tl.store(_scatter_view(cand_row + CAP + slot, THREADS, VEC),
-             _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC), mask=_scatter_view(keep, THREADS, VEC))
-    if CHUNK_IDS:
-        tl.store(_scatter_view(cand_row + 2 * CAP + slot, THREADS, VEC),
-                 _scatter_view(chunk + flags * 0, THREADS, VEC), mask=_scatter_view(keep, THREADS, VEC))
-    chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
-    tl.store(chunk_row, first)
-    tl.store(chunk_row + 1, count)
+             _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC), mask=keep)
+    if COLUMN_ORDER:
+        chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
+        tl.store(chunk_row, first)
+        tl.store(chunk_row + 1, count)
 
 
 @triton.jit
@@ -503,7 +516,8 @@ def _columns_long_kernel(
     starts_ptr,           # *i32 [rows] (read only when HAS_STARTS)
     ends_ptr,             # *i32 [rows]
     meta_ptr,             # *i32 [rows, META]: tau and the qualifying groups (_tau_kernel), the candidate count
-    cand_ptr,             # *i32 [rows, 3 * CAP]: _candidates_kernel's columns, keys and chunk ids; scratch
+    cand_ptr,             # *i32 [rows, 3 * CAP]: _candidates_kernel's columns, keys and chunk ids (SWEEP: [rows,
+                          #     2 * CAP], _sweep_kernel's columns and keys); scratch
     chunk_ptr,            # *i32 [rows, chunk_w, 2]: each chunk's first candidate slot and its count
     out_ptr,              # *i32 [rows, k] contiguous: the selected columns ascending, then -1
     width,                # i32 W
@@ -518,13 +532,14 @@ def _columns_long_kernel(
     BLOCK: tl.constexpr,   # columns per streaming chunk of the fallback
     PROBE_BITS: tl.constexpr,
     SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
+    SWEEP_BLOCK: tl.constexpr,   # SWEEP: columns a sweep chunk (a candidate's chunk is its column // SWEEP_BLOCK)
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
-    cand_row = cand_ptr + row * (3 * CAP)
+    cand_row = cand_ptr + row * ((2 if SWEEP else 3) * CAP)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     if tl.maximum(end, start) - start <= k:
         _all_visible(start, end, k, out_row, K_PAD)
@@ -546,11 +561,12 @@ def _columns_long_kernel(
             filled = slots < ge_lo
             cols = tl.load(cand_row + slots, mask=filled, other=0)
             key = tl.load(cand_row + CAP + slots, mask=filled, other=0)
-            chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
             c = tl.arange(0, CHUNKS)
             if SWEEP:
+                chunk = cols // SWEEP_BLOCK
                 live = c < chunk_w
             else:
+                chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
                 live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
             first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
             count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
@@ -613,16 +629,17 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     finish = {"BLOCK": tiling.block, "num_warps": tiling.num_warps, "PDL": False,
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
-        chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=True)
+        cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
+        chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, column_order=True)
         chunk_w = chunks.shape[1]
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
-            CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, **finish)
+            CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, SWEEP_BLOCK=sweep_block(tiling), **finish)
         return
+    cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     gsize = group_size(width, tiling.tile_w)
     assert gsize <= tiling.block <= 2 ** 16, f"{tiling}: a candidate program holds whole groups of {gsize}"
     groups = triton.cdiv(width, gsize)
@@ -643,26 +660,29 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     # slower at 32768 and 131072 (docs/perf/h200-topk.md, "The long path's finish without PDL")
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
-        CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, SWEEP=False, **finish)
+        CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, SWEEP=False, SWEEP_BLOCK=1,
+        **finish)
 
 
 def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.Tensor, has_starts: bool,
-                 meta: torch.Tensor, cand: torch.Tensor, k: int, tiling: FastTiling, chunk_ids: bool) -> torch.Tensor:
+                 meta: torch.Tensor, cand: torch.Tensor, k: int, tiling: FastTiling,
+                 column_order: bool) -> torch.Tensor | None:
     """Either form's long-path candidates by the sample and one sweep (FastTiling.sweep_samples): meta's tau and
-    count, cand's columns and keys (chunk_ids, column order: [rows, 3 * CAP] with chunk ids, rows of at most k keys
-    not read; else [rows, 2 * CAP], every row read: the sorted finish selects those too). Returns the chunks'
-    first slots and counts, int32 [rows, cdiv(W, sweep_block(tiling)), 2]."""
+    count, cand's columns and keys ([rows, 2 * CAP] or wider). Column order: rows of at most k keys not read, and
+    returns the chunks' first slots and counts, int32 [rows, cdiv(W, sweep_block(tiling)), 2]; else every row read
+    (the sorted finish selects those too) and None."""
     (rows, width), device = logits.shape, logits.device
     pdl = pdl_launch(tiling.pdl, device)
-    chunks = torch.empty((rows, triton.cdiv(width, sweep_block(tiling)), 2), dtype=torch.int32, device=device)
+    chunk_w = triton.cdiv(width, sweep_block(tiling))
+    chunks = torch.empty((rows, chunk_w, 2), dtype=torch.int32, device=device) if column_order else None
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
         SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
-    _sweep_kernel[(rows, chunks.shape[1])](
-        logits, starts_arg, lengths, meta, cand, chunks, width, logits.stride(0), k, HAS_STARTS=has_starts,
-        CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
-        READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, CHUNK_IDS=chunk_ids, num_warps=tiling.cand_warps,
+    _sweep_kernel[(rows, chunk_w)](
+        logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
+        HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
+        READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, COLUMN_ORDER=column_order, num_warps=tiling.cand_warps,
         **register_cap(tiling.sweep_maxnreg), **pdl)
     return chunks
 
@@ -717,8 +737,8 @@ _SWEEP_TYPES = {"logits_ptr": "*fp32", "starts_ptr": "*i32", "ends_ptr": "*i32",
 
 
 def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, targets: tuple[str, ...],
-                chunk_ids: bool) -> tuple[CompileSpec, CompileSpec]:
-    """The sample's and the sweep's kernels of one launch of either form (chunk_ids: column order's)."""
+                column_order: bool) -> tuple[CompileSpec, CompileSpec]:
+    """The sample's and the sweep's kernels of one launch of either form."""
     # rows of `width` columns, contiguous: the sweep loads in 16-byte vectors
     ints = ("width", "stride_row") if width % 16 == 0 else ()
     return (
@@ -729,10 +749,11 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                                 "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
-                    aligned=(*_SWEEP_TYPES, *ints),
+                    scratch_ok="" if tiling.sweep_maxnreg is None else SWEEP_STACK, aligned=(*_SWEEP_TYPES, *ints),
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": sweep_block(tiling),
                                 **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
-                                "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT, "CHUNK_IDS": chunk_ids}))
+                                "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT,
+                                "COLUMN_ORDER": column_order}))
 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
@@ -759,11 +780,12 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
     if tiling.sweep_samples:
         chunk_w = triton.cdiv(width, sweep_block(tiling))
         return (
-            *sweep_specs(tiling, width, has_starts, label + "/columns", targets, chunk_ids=True),
+            *sweep_specs(tiling, width, has_starts, label + "/columns", targets, column_order=True),
             CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                         num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                         constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
-                                             "BLOCK": tiling.block, "SWEEP": True}))
+                                             "BLOCK": tiling.block, "SWEEP": True,
+                                             "SWEEP_BLOCK": sweep_block(tiling)}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -774,4 +796,5 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
-                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False}))
+                                         "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False,
+                                         "SWEEP_BLOCK": 1}))

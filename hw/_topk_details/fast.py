@@ -38,12 +38,13 @@ COLUMNS_WIDE_TILE_WARPS = 16
 #: widest rows) the cap makes it spill instead (docs/perf/isa-sm90-triton3.8.md)
 LONG_FINISH_MAXNREG = 128
 #: NVIDIA, the long path's sweep (column_order._sweep_kernel, 4 warps; both forms) in programs of SWEEP_BLOCK columns
-#: (one chunk each) under SWEEP_MAXNREG: ten programs an SM, against 2048 columns at five (under maxnreg 88) before;
-#: faster at every shape measured, 512 columns slower (docs/perf/h200-topk.md, "Smaller sweep programs"). Without
-#: the cap ptxas takes 40 registers and 8 bytes of stack for the column order's sweep under triton 3.6 and 3.7.1, 48
-#: and none under 3.8 and 3.9; with it 48 and none under each. The finish's streaming chunk stays FastTiling.block
+#: (one chunk each) under SWEEP_MAXNREG: twelve programs an SM, against 2048 columns at five (under maxnreg 88) before;
+#: 1024 columns are faster at every shape measured, 512 slower, and the cap of 40 faster than 48 (ten an SM) except at
+#: 64 x 16384 (docs/perf/h200-topk.md, "Smaller sweep programs", "The sweep's keys by their bits"). Without the cap
+#: ptxas takes 38-48 registers and no stack under triton 3.6-3.9; with it 40, and 8 bytes of stack for the sorted
+#: form's under 3.9 (column_order.SWEEP_STACK). The finish's streaming chunk stays FastTiling.block
 SWEEP_BLOCK = 1024
-SWEEP_MAXNREG = 48
+SWEEP_MAXNREG = 40
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -123,7 +124,7 @@ def _isa_specs() -> tuple:
             specs += radix_fast.isa_specs(width, k, has_starts, many_rows, target, tiling)
             if tiling.sweep_samples:
                 label = radix_fast.isa_label(width, k, has_starts, many_rows)
-                specs += column_order.sweep_specs(tiling, width, has_starts, label, (target,), chunk_ids=False)
+                specs += column_order.sweep_specs(tiling, width, has_starts, label, (target,), column_order=False)
             specs += _column_specs(width, k, has_starts, many_rows, target)
     return tuple(specs)
 

@@ -1131,7 +1131,7 @@ def _launch(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor | 
         has_starts = starts is not None
         if tiling.sweep_samples:
             assert sweep is not None, f"{tiling}: sweep_samples needs the sweep's launcher (column_order.launch_sweep)"
-            sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, chunk_ids=False)
+            sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, column_order=False)
         else:
             gmax = torch.empty((rows, groups), dtype=torch.int32, device=device)
             _group_max_kernel[(rows, triton.cdiv(groups, per_program))](

@@ -754,6 +754,39 @@ def test_sweep_threshold_above_the_kth_key(device):
                  "sorted top-k (a sampled threshold above the k-th)")
 
 
+def test_sweep_positive_threshold_keys_by_bits(device):
+    """A sweep chunk whose columns are all visible under a threshold above 0.0 takes the keys >= it by the bits of
+    the positive values (as int32) instead of by order keys: the special values of both signs around it (NaNs of
+    every payload, +-inf, +-0.0, denormals, the largest float, values one ulp either side of others) select and
+    order as their order keys say, and the edge chunks of ragged rows (partly visible: the order keys) agree."""
+    width, k, samples = 3000, 300, 256
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, width)) + 2.0).astype(np.float32)
+    special = np.array([0x7FC00000, 0x7F800001, 0xFFC00000, 0xFF800001, 0x7F800000, 0xFF800000, 0x80000000, 0,
+                        0x00000001, 0x007FFFFF, 0x80000001, 0x7F7FFFFF], dtype=np.uint32).view(np.float32)
+    for r in range(3):
+        at = rng.choice(width, 600, replace=False)
+        x[r, at] = rng.choice(special, 600)
+        near = rng.choice(width, 400, replace=False)   # ties and one-ulp neighbours of the upper values
+        x[r, near] = np.nextafter(x[r, near[::-1]], np.float32(np.inf) * rng.choice([-1, 1], 400)).astype(np.float32)
+    starts, ends = np.array([0, 37, 5]), np.array([width, 2900, 2999])
+    logits = torch.from_numpy(x).to(device)
+    meta = torch.empty((3, 4), dtype=torch.int32, device=device)
+    as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
+    column_order._sample_tau_kernel[(3,)](
+        logits, as_i32(starts), as_i32(ends), meta, width, width, k, HAS_STARTS=True, SAMPLES=samples,
+        RUN=column_order.SAMPLE_RUN, SLACK=column_order.SAMPLE_SLACK, CAP=128, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
+        PDL=False)
+    assert (meta[:, 0].cpu().numpy().view(np.uint32) > 0x80000000).all(), "a threshold above the key of 0.0"
+    case = Case("positive_threshold", width, k, tuple(ends.tolist()), starts=tuple(starts.tolist()))
+    want = sim_top_k(x, k, starts=starts, ends=ends)
+    # a candidate tile that holds every key >= the threshold: the finish selects from the sweep's keys
+    for tiling in (FastTiling(tile_w=128, cap=2048, block=256, sweep_samples=samples),
+                   FastTiling(tile_w=128, cap=2048, block=256, sweep_samples=samples, sweep_block=64)):
+        assert_exact(_columns(x, case, tiling, device), in_column_order(want), "column-order top-k (bits)")
+        assert_exact(_run(sorted_launch, x, case, tiling, device), want, "sorted top-k (bits)")
+
+
 @triton.jit
 def _store_chunked_probe(key_ptr, cols_ptr, chunk_ptr, first_ptr, count_ptr, out_ptr, lo, hi, need,
                          CAP: tl.constexpr, CHUNKS: tl.constexpr):
