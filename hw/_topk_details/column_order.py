@@ -472,8 +472,8 @@ def _sweep_kernel(
     of every visible key, the only one when the threshold holds. Grid (rows, cdiv(W, BLOCK)); in column order a row
     showing at most k keys is not read (its chunks record no candidates). A chunk wholly visible under a threshold
     above the key of 0.0 (the usual chunk of the indexer's rows) compares the bits of its values instead of order
-    keys: fewer instructions a key, and the sweep issues about 300 a warp (docs/perf/h200-topk.md, "The sweep's
-    keys by their bits")."""
+    keys: less than half the instructions for its keys, and the sweep's time follows its instruction count
+    (docs/perf/h200-topk.md, "The sweep's keys by their bits")."""
     if not READ_BEFORE_WAIT:
         grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)

@@ -756,9 +756,10 @@ def test_sweep_threshold_above_the_kth_key(device):
 
 def test_sweep_positive_threshold_keys_by_bits(device):
     """A sweep chunk whose columns are all visible under a threshold above 0.0 takes the keys >= it by the bits of
-    the positive values (as int32) instead of by order keys: the special values of both signs around it (NaNs of
-    every payload, +-inf, +-0.0, denormals, the largest float, values one ulp either side of others) select and
-    order as their order keys say, and the edge chunks of ragged rows (partly visible: the order keys) agree."""
+    the positive values (as int32) instead of by order keys: special values of both signs around it (NaNs of both
+    signs and several payloads, +-inf, +-0.0, denormals, the largest float, values one ulp either side of others)
+    select and order as their order keys say, and the edge chunks of ragged rows (partly visible: the order keys)
+    agree."""
     width, k, samples = 3000, 300, 256
     rng = np.random.default_rng(11)
     x = (rng.standard_normal((3, width)) + 2.0).astype(np.float32)
