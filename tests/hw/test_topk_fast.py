@@ -788,6 +788,31 @@ def test_sweep_positive_threshold_keys_by_bits(device):
         assert_exact(_run(sorted_launch, x, case, tiling, device), want, "sorted top-k (bits)")
 
 
+def test_sweep_threshold_at_zero_takes_both_zeros(device):
+    """A sampled threshold exactly at the key of 0.0 (fewer positive values than k, the rest +-0.0 spread over every
+    chunk) keeps the order keys on every chunk: -0.0 equals +0.0, so both are candidates, and the first by column
+    among them are selected (the bits comparison, which is only exact above 0.0, would drop every -0.0)."""
+    width, k, samples = 3000, 300, 256
+    rng = np.random.default_rng(12)
+    x = np.where(rng.random((2, width)) < 0.5, np.float32(0.0), np.float32(-0.0)).astype(np.float32)
+    for r in range(2):
+        x[r, rng.choice(width, 100, replace=False)] = np.abs(rng.standard_normal(100)).astype(np.float32) + 1.0
+    ends = np.array([width, 2990])
+    logits = torch.from_numpy(x).to(device)
+    meta = torch.empty((2, 4), dtype=torch.int32, device=device)
+    column_order._sample_tau_kernel[(2,)](
+        logits, torch.from_numpy(ends.astype(np.int32)).to(device), torch.from_numpy(ends.astype(np.int32)).to(device),
+        meta, width, width, k, HAS_STARTS=False, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
+        SLACK=column_order.SAMPLE_SLACK, CAP=4096, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
+    assert (meta[:, 0].cpu().numpy().view(np.uint32) == 0x80000000).all(), "a threshold at the key of 0.0"
+    case = Case("zero_threshold", width, k, tuple(ends.tolist()))
+    want = sim_top_k(x, k, ends=ends)
+    # a candidate tile that holds every key >= the threshold: the finish selects from the sweep's keys
+    tiling = FastTiling(tile_w=128, cap=4096, block=256, sweep_samples=samples)
+    assert_exact(_columns(x, case, tiling, device), in_column_order(want), "column-order top-k (threshold 0.0)")
+    assert_exact(_run(sorted_launch, x, case, tiling, device), want, "sorted top-k (threshold 0.0)")
+
+
 @triton.jit
 def _store_chunked_probe(key_ptr, cols_ptr, chunk_ptr, first_ptr, count_ptr, out_ptr, lo, hi, need,
                          CAP: tl.constexpr, CHUNKS: tl.constexpr):
