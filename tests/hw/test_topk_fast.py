@@ -723,6 +723,19 @@ def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
     return np.unique(cols[(cols >= start) & (cols < end)])
 
 
+def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarray, k: int, samples: int, cap: int,
+                       device) -> np.ndarray:
+    """The sweep's threshold keys (uint32) of the rows of `x`, from _sample_tau_kernel itself."""
+    rows, width = x.shape
+    as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
+    meta = torch.empty((rows, 4), dtype=torch.int32, device=device)
+    column_order._sample_tau_kernel[(rows,)](
+        torch.from_numpy(x).to(device), as_i32(ends if starts is None else starts), as_i32(ends), meta, width, width,
+        k, HAS_STARTS=starts is not None, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
+        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
+    return meta[:, 0].cpu().numpy().view(np.uint32)
+
+
 def test_sweep_threshold_above_the_kth_key(device):
     """The sweep's threshold comes from a sample: on rows whose largest keys sit exactly at the sampled columns it
     lies above the k-th key (checked on the sample kernel's own output), and the finish takes every key >= it and
@@ -732,15 +745,7 @@ def test_sweep_threshold_above_the_kth_key(device):
     x = np.random.default_rng(5).standard_normal((2, width)).astype(np.float32)
     for r in range(2):
         x[r, _sampled_columns(starts[r], ends[r], samples)] += 10.0
-    logits = torch.from_numpy(x).to(device)
-    starts_t = torch.from_numpy(starts.astype(np.int32)).to(device)
-    ends_t = torch.from_numpy(ends.astype(np.int32)).to(device)
-    meta = torch.empty((2, 4), dtype=torch.int32, device=device)
-    column_order._sample_tau_kernel[(2,)](
-        logits, starts_t, ends_t, meta, width, width, k, HAS_STARTS=True, SAMPLES=samples,
-        RUN=column_order.SAMPLE_RUN, SLACK=column_order.SAMPLE_SLACK, CAP=128,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
-    key = meta[:, 0].cpu().numpy().view(np.uint32)
+    key = _sampled_threshold(x, starts, ends, k, samples, 128, device)
     bits = np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32)
     threshold = bits.view(np.float32)
     for r in range(2):
@@ -771,14 +776,8 @@ def test_sweep_positive_threshold_keys_by_bits(device):
         near = rng.choice(width, 400, replace=False)   # ties and one-ulp neighbours of the upper values
         x[r, near] = np.nextafter(x[r, near[::-1]], np.float32(np.inf) * rng.choice([-1, 1], 400)).astype(np.float32)
     starts, ends = np.array([0, 37, 5]), np.array([width, 2900, 2999])
-    logits = torch.from_numpy(x).to(device)
-    meta = torch.empty((3, 4), dtype=torch.int32, device=device)
-    as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
-    column_order._sample_tau_kernel[(3,)](
-        logits, as_i32(starts), as_i32(ends), meta, width, width, k, HAS_STARTS=True, SAMPLES=samples,
-        RUN=column_order.SAMPLE_RUN, SLACK=column_order.SAMPLE_SLACK, CAP=128, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-        PDL=False)
-    assert (meta[:, 0].cpu().numpy().view(np.uint32) > 0x80000000).all(), "a threshold above the key of 0.0"
+    assert (_sampled_threshold(x, starts, ends, k, samples, 128, device) > 0x80000000).all(), (
+        "a threshold above the key of 0.0")
     case = Case("positive_threshold", width, k, tuple(ends.tolist()), starts=tuple(starts.tolist()))
     want = sim_top_k(x, k, starts=starts, ends=ends)
     # a candidate tile that holds every key >= the threshold: the finish selects from the sweep's keys
@@ -798,13 +797,8 @@ def test_sweep_threshold_at_zero_takes_both_zeros(device):
     for r in range(2):
         x[r, rng.choice(width, 100, replace=False)] = np.abs(rng.standard_normal(100)).astype(np.float32) + 1.0
     ends = np.array([width, 2990])
-    logits = torch.from_numpy(x).to(device)
-    meta = torch.empty((2, 4), dtype=torch.int32, device=device)
-    column_order._sample_tau_kernel[(2,)](
-        logits, torch.from_numpy(ends.astype(np.int32)).to(device), torch.from_numpy(ends.astype(np.int32)).to(device),
-        meta, width, width, k, HAS_STARTS=False, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
-        SLACK=column_order.SAMPLE_SLACK, CAP=4096, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
-    assert (meta[:, 0].cpu().numpy().view(np.uint32) == 0x80000000).all(), "a threshold at the key of 0.0"
+    assert (_sampled_threshold(x, None, ends, k, samples, 4096, device) == 0x80000000).all(), (
+        "a threshold at the key of 0.0")
     case = Case("zero_threshold", width, k, tuple(ends.tolist()))
     want = sim_top_k(x, k, ends=ends)
     # a candidate tile that holds every key >= the threshold: the finish selects from the sweep's keys
