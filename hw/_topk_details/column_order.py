@@ -637,7 +637,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         chunk_w = chunks.shape[1]
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
-            CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, SWEEP_BLOCK=sweep_block(tiling), **finish)
+            CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, SWEEP_BLOCK=sweep_block(tiling),
+            **(finish | {"num_warps": finish_warps(tiling)}))
         return
     cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     gsize = group_size(width, tiling.tile_w)
@@ -678,7 +679,7 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=tiling.num_warps, **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
@@ -692,6 +693,16 @@ def _sweep_layout(tiling: FastTiling, vec: bool) -> dict:
     with `vec` (vectors()), else 1; THREADS the program's threads, at most that chunk / VEC."""
     v = 4 if vec else 1
     return {"THREADS": min(tiling.lanes * tiling.cand_warps, sweep_block(tiling) // v), "VEC": v}
+
+
+def sample_warps(tiling: FastTiling) -> int:
+    """Warps of the sweep's sample kernel: tiling.sample_warps, else tiling.num_warps."""
+    return tiling.sample_warps or tiling.num_warps
+
+
+def finish_warps(tiling: FastTiling) -> int:
+    """Warps of the column order's long finish after a sweep: tiling.finish_warps, else tiling.num_warps."""
+    return tiling.finish_warps or tiling.num_warps
 
 
 def sweep_block(tiling: FastTiling) -> int:
@@ -743,7 +754,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
     ints = ("width", "stride_row") if width % 16 == 0 else ()
     return (
         CompileSpec(label=label + "/sample_tau", fn=_sample_tau_kernel, types=_SAMPLE_TAU_TYPES,
-                    num_warps=tiling.num_warps, targets=targets,
+                    num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                 "PDL": tiling.pdl}),
@@ -782,7 +793,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
         return (
             *sweep_specs(tiling, width, has_starts, label + "/columns", targets, column_order=True),
             CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
-                        num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
+                        num_warps=finish_warps(tiling), maxnreg=tiling.finish_maxnreg, targets=targets,
                         constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
                                              "SWEEP_BLOCK": sweep_block(tiling)}))

@@ -45,6 +45,12 @@ LONG_FINISH_MAXNREG = 128
 #: form's under 3.9 (column_order.SWEEP_STACK). The finish's streaming chunk stays FastTiling.block
 SWEEP_BLOCK = 1024
 SWEEP_MAXNREG = 40
+#: NVIDIA, the long path's sample kernel (column_order._sample_tau_kernel, both forms) in SAMPLE_WARPS warps instead
+#: of the finish's 16, and the column order's finish after the sweep in COLUMNS_SWEEP_FINISH_WARPS: faster at every
+#: width the sweep takes; 4 warps for the sample, 8 for the sorted form's finish or after group maxima are slower
+#: (docs/perf/h200-topk.md, "Fewer warps for the sample and the finish")
+SAMPLE_WARPS = 8
+COLUMNS_SWEEP_FINISH_WARPS = 8
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -54,16 +60,20 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _long_path(tiling: FastTiling, width: int, k: int, nvidia: bool) -> FastTiling:
-    """Both forms' launch constants for rows wider than tiling.tile_w: on NVIDIA the finish under
-    LONG_FINISH_MAXNREG while a candidate chunk holds several groups; the candidates by a threshold from sampled keys
-    and one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA in programs
-    of SWEEP_BLOCK columns under SWEEP_MAXNREG), else by group maxima and tau."""
+def _long_path(tiling: FastTiling, width: int, k: int, nvidia: bool, by_value: bool) -> FastTiling:
+    """The launch constants for rows wider than tiling.tile_w, sorted (`by_value`) or in column order: on NVIDIA the
+    finish under LONG_FINISH_MAXNREG while a candidate chunk holds several groups; the candidates by a threshold from
+    sampled keys and one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA
+    in programs of SWEEP_BLOCK columns under SWEEP_MAXNREG, the sample in SAMPLE_WARPS warps, the column order's
+    finish in COLUMNS_SWEEP_FINISH_WARPS), else by group maxima and tau."""
     several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
+    samples = column_order.sweep_samples(width, k, tiling.cap)
     return dataclasses.replace(tiling, finish_maxnreg=LONG_FINISH_MAXNREG if nvidia and several else None,
-                               sweep_samples=column_order.sweep_samples(width, k, tiling.cap),
+                               sweep_samples=samples,
                                sweep_block=SWEEP_BLOCK if nvidia else 0,
-                               sweep_maxnreg=SWEEP_MAXNREG if nvidia else None)
+                               sweep_maxnreg=SWEEP_MAXNREG if nvidia else None,
+                               sample_warps=SAMPLE_WARPS if nvidia else 0,
+                               finish_warps=COLUMNS_SWEEP_FINISH_WARPS if nvidia and samples and not by_value else 0)
 
 
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
@@ -102,7 +112,7 @@ def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: b
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
     nvidia = target is Target.NVIDIA
     if width > tiling.tile_w:
-        return _long_path(tiling, width, k, nvidia)
+        return _long_path(tiling, width, k, nvidia, by_value)
     return tiling if by_value else _in_columns(tiling, width, k, rows, sms, nvidia)
 
 

@@ -155,6 +155,8 @@ class FastTiling(LaunchSettings):
                                      # sampled keys and one sweep of the row (column_order)
     sweep_block: int = 0             # columns a sweep program (a chunk of the candidates); 0: block
     sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
+    sample_warps: int = 0            # of the sweep's sample kernel; 0: num_warps
+    finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,

@@ -879,8 +879,10 @@ def test_sweep_samples_by_width():
 
 
 def test_sweep_block_by_target():
-    """Both forms' sweep reads SWEEP_BLOCK columns a program on NVIDIA (under SWEEP_MAXNREG), the tiling's block
-    elsewhere (uncapped); the finish's streaming chunk stays the block; rows for group maxima take no sweep."""
+    """Both forms' sweep reads SWEEP_BLOCK columns a program on NVIDIA (under SWEEP_MAXNREG, its sample in
+    SAMPLE_WARPS warps, the column order's finish in COLUMNS_SWEEP_FINISH_WARPS), the tiling's block elsewhere
+    (uncapped, the sample and finish in the tiling's warps); the finish's streaming chunk stays the block; rows for
+    group maxima take no sweep, and their finish keeps the tiling's warps."""
     for width in (16384, 65536, 131072):
         for by_value in (False, True):
             block = radix_fast.fast_tiling(width, 2048).block
@@ -890,8 +892,13 @@ def test_sweep_block_by_target():
             assert (column_order.sweep_block(nv), nv.block, nv.sweep_maxnreg) == (
                 topk_fast.SWEEP_BLOCK, block, topk_fast.SWEEP_MAXNREG), (width, by_value)
             assert (column_order.sweep_block(amd), amd.block, amd.sweep_maxnreg) == (block, block, None), width
+            assert (column_order.sample_warps(nv), column_order.sample_warps(amd)) == (
+                topk_fast.SAMPLE_WARPS, amd.num_warps), width
+            assert (column_order.finish_warps(nv), column_order.finish_warps(amd)) == (
+                nv.num_warps if by_value else topk_fast.COLUMNS_SWEEP_FINISH_WARPS, amd.num_warps), (width, by_value)
     assert topk_fast.SWEEP_BLOCK != radix_fast.fast_tiling(131072, 2048).block   # the narrow programs are NVIDIA's
-    assert topk_fast._tiling(Target.NVIDIA, 2 ** 20, 2048, 64, 132, False).sweep_samples == 0
+    maxima = topk_fast._tiling(Target.NVIDIA, 2 ** 20, 2048, 64, 132, False)
+    assert maxima.sweep_samples == 0 and column_order.finish_warps(maxima) == maxima.num_warps
 
 
 @pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
