@@ -629,8 +629,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    finish = {"BLOCK": tiling.block, "num_warps": tiling.num_warps, "PDL": False,
-              **register_cap(tiling.finish_maxnreg), **common}
+    finish = {"BLOCK": tiling.block, "PDL": False, **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
         chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, column_order=True)
@@ -638,7 +637,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         _columns_long_kernel[(rows,)](
             logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
             CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=1, SWEEP=True, SWEEP_BLOCK=sweep_block(tiling),
-            **(finish | {"num_warps": finish_warps(tiling)}))
+            num_warps=finish_warps(tiling), **finish)
         return
     cand = torch.empty((rows, 3 * tiling.cap), dtype=torch.int32, device=device)
     gsize = group_size(width, tiling.tile_w)
@@ -662,7 +661,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     _columns_long_kernel[(rows,)](
         logits, starts_arg, lengths, meta, cand, chunks, out, width, logits.stride(0), k, chunk_w,
         CHUNKS=triton.next_power_of_2(chunk_w), GROUPS=chunk_groups, SWEEP=False, SWEEP_BLOCK=1,
-        **finish)
+        num_warps=tiling.num_warps, **finish)
 
 
 def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.Tensor, has_starts: bool,
