@@ -245,6 +245,29 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
+def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr):
+    """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; no launch takes it by default):
+    one-probe rounds (_narrow) only until at most RANK_CAP keys are inside [lo, hi], then those keys compacted to
+    `scratch` (RANK_CAP int32 words the program has read before, if ever) and _finish_by_ranks. On the long path's
+    candidates after a sweep a halving finish takes up to 23 rounds (N(0, 1) rows of 131072 columns), 8 until 64
+    keys are inside (`python3 -m tools.probes.topk_finish_model`); but the rounds are cheap, so at RANK_CAP 64 the
+    H100 gains 0.1-0.5 us, from 128 it loses (docs/perf/h200-topk.md, "The long finish's last rounds by ranks")."""
+    base = above
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    if (ge_lo != k_eff) & (lo < hi):
+        inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
+        flags = inside.to(tl.int32)
+        tl.store(scratch + tl.cumsum(flags, 0) - flags, key.to(tl.int32, bitcast=True), mask=inside)
+        tl.debug_barrier()   # the candidates were stored by other threads
+        n = ge_lo - above
+        slots = tl.arange(0, RANK_CAP)
+        cand = tl.load(scratch + slots, mask=slots < n, other=0).to(tl.uint32, bitcast=True)
+        lo, hi, ge_lo, above = _finish_by_ranks(cand, scratch, n, above, k_eff, RANK_CAP)
+    return lo, hi, ge_lo, above
+
+
+@triton.jit
 def _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP: tl.constexpr):
     """A terminal state in one step from a tile holding the n keys inside [lo, hi] while need = k_eff - above of
     them are to be taken, 1 <= need < n <= CAP: `cand` uint32 [CAP], those keys in any order, then 0 (empty); the
@@ -533,6 +556,7 @@ def _columns_long_kernel(
     PROBE_BITS: tl.constexpr,
     SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
     SWEEP_BLOCK: tl.constexpr,   # SWEEP: columns a sweep chunk (a candidate's chunk is its column // SWEEP_BLOCK)
+    RANK_CAP: tl.constexpr,   # FastTiling.finish_rank_cap: 0, or the candidate tile finished by _finish_ranked
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -573,7 +597,11 @@ def _columns_long_kernel(
             key = key.to(tl.uint32, bitcast=True)
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
-            lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+            if RANK_CAP == 0:
+                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+            else:
+                lo, hi, ge_lo, above = _finish_ranked(key, cand_row, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
+                                                      RANK_CAP)
             _store_chunked(key, cols, chunk, first, count, lo, hi, k_eff - above, out_row, CAP)
         else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
@@ -629,7 +657,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    finish = {"BLOCK": tiling.block, "PDL": False, **register_cap(tiling.finish_maxnreg), **common}
+    finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "PDL": False,
+              **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
         chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, column_order=True)
@@ -795,7 +824,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                         num_warps=finish_warps(tiling), maxnreg=tiling.finish_maxnreg, targets=targets,
                         constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
-                                             "SWEEP_BLOCK": sweep_block(tiling)}))
+                                             "SWEEP_BLOCK": sweep_block(tiling),
+                                             "RANK_CAP": tiling.finish_rank_cap}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -807,4 +837,4 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False,
-                                         "SWEEP_BLOCK": 1}))
+                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap}))

@@ -157,6 +157,8 @@ class FastTiling(LaunchSettings):
     sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
     sample_warps: int = 0            # of the sweep's sample kernel; 0: num_warps
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
+    finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
+                                     # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,

@@ -407,7 +407,8 @@ def test_order_key_by_an_add_keeps_denormals():
 def test_long_finish_register_cap(by_value: bool):
     """The long path's finishing kernel (both forms) under LONG_FINISH_MAXNREG on NVIDIA while a candidate chunk
     holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one
-    group a chunk); the selecting kernels' cap is not touched."""
+    group a chunk); the selecting kernels' cap is not touched. Its rounds run to the end (no finish_rank_cap: under
+    that cap the ranks keep 8 bytes of stack with triton 3.9)."""
     def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
@@ -415,7 +416,7 @@ def test_long_finish_register_cap(by_value: bool):
     for width in (8193, 16384, 131072, 2 ** 20, 2 ** 23):
         t = tiling(width)
         assert t.block // radix_fast.group_size(width, t.tile_w) > 1
-        assert (t.finish_maxnreg, t.maxnreg) == (cap, None), width
+        assert (t.finish_maxnreg, t.maxnreg, t.finish_rank_cap) == (cap, None, 0), width
     for width in (2 ** 24, radix_fast.FAST_MAX_WIDTH):
         t = tiling(width)
         assert t.block // radix_fast.group_size(width, t.tile_w) == 1 and t.finish_maxnreg is None, width
@@ -540,7 +541,10 @@ def in_column_order(indices: np.ndarray) -> np.ndarray:
 COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "long", "long_tiny_cap", "long_sweep",
                                                    "long_sweep_tiny_cap", "long_sweep_narrow")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
-                            rank_finish=True)}
+                            rank_finish=True),
+    # the long finish's rounds only until a few keys are inside, then ranks (after a sweep and after group maxima)
+    "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16),
+    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
