@@ -12,6 +12,9 @@ and waiting when the previous kernel ends, instead of being launched after it. A
     passed that wait;
   - is launched with `**pdl_launch(settings.pdl, device)`, which turns PDL off where the device cannot do it.
 
+The next kernel is scheduled once every program of this one has passed its grid_dependency_sync, unless the
+kernel triggers it later itself (grid_dependents_launch, column_order's sweep before the column order's finish).
+
 Without PDL (the interpreter, AMD, pre-sm_90 NVIDIA) the constexpr removes the code and the launch is ordinary.
 """
 from __future__ import annotations
@@ -27,11 +30,22 @@ PDL_MIN_CAPABILITY = (9, 0)     # griddepcontrol needs sm_90
 
 
 @triton.jit
-def grid_dependency_sync(PDL: tl.constexpr):
+def grid_dependency_sync(PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr = False):
     """PDL: wait for the previous kernel of the stream, then let the next one be scheduled (its programs wait in
-    their own grid_dependency_sync until this kernel ends). A no-op without PDL."""
+    their own grid_dependency_sync until this kernel ends); with LATE_DEPENDENTS only wait: the kernel lets the next
+    one be scheduled itself, by grid_dependents_launch after its last store. A no-op without PDL."""
     if PDL:
         gdc_wait()
+        if not LATE_DEPENDENTS:
+            gdc_launch_dependents()
+
+
+@triton.jit
+def grid_dependents_launch(PDL: tl.constexpr):
+    """PDL: let the next kernel be scheduled once every program of this one has called this (or ended). Called
+    after a program's last store, the next kernel's launch overlaps this one's last programs, and its programs
+    take no SM from this one's earlier waves. A no-op without PDL."""
+    if PDL:
         gdc_launch_dependents()
 
 

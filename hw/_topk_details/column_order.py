@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 
 from .._constant import Constant
-from .._pdl import grid_dependency_sync, pdl_launch
+from .._pdl import grid_dependency_sync, grid_dependents_launch, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import register_cap
 from . import radix_fast
@@ -127,10 +127,10 @@ _SWEEP_CAP_SHARE = 0.75
 #: wait returned, and the sweep cannot start before every sample program has passed that wait (_pdl); only the
 #: threshold, the counters and the scratch are read or written after the sweep's wait
 SWEEP_READS_BEFORE_WAIT = True
-#: why a register-capped sweep may keep a stack frame: the sorted form's keeps 8 bytes under triton 3.9 at
-#: fast.SWEEP_MAXNREG, none under 3.6-3.8 (docs/perf/isa-sm90.md)
+#: why a register-capped sweep may keep a stack frame (none under triton 3.6; docs/perf/isa-sm90.md)
 SWEEP_STACK = ("under fast.SWEEP_MAXNREG (twelve programs an SM, faster than ten without a stack: "
-               "docs/perf/h100-topk-sweep-tiling.json) the sorted form's sweep keeps 8 bytes under triton 3.9")
+               "docs/perf/h100-topk-sweep-tiling.json) the sorted form's sweep keeps 8 bytes under triton 3.9, "
+               "the column order's (with its late trigger) under 3.8 and 3.9")
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -246,12 +246,13 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 @triton.jit
 def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr):
-    """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; no launch takes it by default):
+    """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; on NVIDIA the column order's finish
+    after a sweep, fast.COLUMNS_SWEEP_RANK_CAP):
     one-probe rounds (_narrow) only until at most RANK_CAP keys are inside [lo, hi], then those keys compacted to
     `scratch` (RANK_CAP int32 words the program has read before, if ever) and _finish_by_ranks. On the long path's
     candidates after a sweep a halving finish takes up to 23 rounds (N(0, 1) rows of 131072 columns), 8 until 64
-    keys are inside (`python3 -m tools.probes.topk_finish_model`); but the rounds are cheap, so at RANK_CAP 64 the
-    H100 gains 0.1-0.5 us, from 128 it loses (docs/perf/h200-topk.md, "The long finish's last rounds by ranks")."""
+    keys are inside (`python3 -m tools.probes.topk_finish_model`); the rounds are cheap, so ranks gain only at
+    RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long finish's last rounds by ranks")."""
     base = above
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
@@ -486,6 +487,7 @@ def _sweep_kernel(
     THREADS: tl.constexpr,  # _row_columns' threads
     VEC: tl.constexpr,    # 4 when rows load in 16-byte vectors (vectors()), else 1
     READ_BEFORE_WAIT: tl.constexpr,   # SWEEP_READS_BEFORE_WAIT
+    LATE_DEPENDENTS: tl.constexpr,   # FastTiling.sweep_late_dependents: the next kernel scheduled after the stores
     COLUMN_ORDER: tl.constexpr,   # rows of at most k keys not read, each chunk's first slot and count recorded;
                                   # else (the sorted form) every row read, nothing recorded
     PDL: tl.constexpr,
@@ -498,7 +500,7 @@ def _sweep_kernel(
     keys: less than half the instructions for its keys, and the sweep's time follows its instruction count
     (docs/perf/h200-topk.md, "The sweep's keys by their bits")."""
     if not READ_BEFORE_WAIT:
-        grid_dependency_sync(PDL)
+        grid_dependency_sync(PDL, LATE_DEPENDENTS)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
@@ -508,7 +510,7 @@ def _sweep_kernel(
     cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
     x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
     if READ_BEFORE_WAIT:
-        grid_dependency_sync(PDL)
+        grid_dependency_sync(PDL, LATE_DEPENDENTS)
     tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
     if (tau > _SIGN_BIT) & (chunk * BLOCK >= start) & (chunk * BLOCK + BLOCK <= end):
         # every column visible, the threshold above the key of 0.0: the keys >= tau are the positive values (not NaN)
@@ -531,6 +533,8 @@ def _sweep_kernel(
         chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
         tl.store(chunk_row, first)
         tl.store(chunk_row + 1, count)
+    if LATE_DEPENDENTS:
+        grid_dependents_launch(PDL)
 
 
 @triton.jit
@@ -660,6 +664,8 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
     finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "PDL": False,
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
+        if tiling.sweep_late_dependents:   # scheduled once the sweep's programs have stored, not beside them
+            finish.update(pdl)
         cand = torch.empty((rows, 2 * tiling.cap), dtype=torch.int32, device=device)
         chunks = launch_sweep(logits, starts_arg, lengths, has_starts, meta, cand, k, tiling, column_order=True)
         chunk_w = chunks.shape[1]
@@ -711,7 +717,8 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
-        READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, COLUMN_ORDER=column_order, num_warps=tiling.cand_warps,
+        READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, LATE_DEPENDENTS=tiling.sweep_late_dependents,
+        COLUMN_ORDER=column_order, num_warps=tiling.cand_warps,
         **register_cap(tiling.sweep_maxnreg), **pdl)
     return chunks
 
@@ -792,6 +799,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     constexprs={"HAS_STARTS": has_starts, "CAP": tiling.cap, "BLOCK": sweep_block(tiling),
                                 **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
                                 "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT,
+                                "LATE_DEPENDENTS": tiling.sweep_late_dependents,
                                 "COLUMN_ORDER": column_order}))
 
 
@@ -822,7 +830,8 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
             *sweep_specs(tiling, width, has_starts, label + "/columns", targets, column_order=True),
             CompileSpec(label=label + "/columns", fn=_columns_long_kernel, types=_COLUMNS_LONG_TYPES,
                         num_warps=finish_warps(tiling), maxnreg=tiling.finish_maxnreg, targets=targets,
-                        constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
+                        constexprs=common | {"PDL": tiling.pdl and tiling.sweep_late_dependents,
+                                             "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
                                              "SWEEP_BLOCK": sweep_block(tiling),
                                              "RANK_CAP": tiling.finish_rank_cap}))

@@ -403,25 +403,69 @@ def test_order_key_by_an_add_keeps_denormals():
     assert facts["gfx950"]["denorm_mode_32"] == ["3"] and facts["gfx950"]["adds_of_zero"] > 0, facts
 
 
+_PDL_FACTS = """
+import json, re
+from hw._topk_details import fast
+from tools.isa import compile_spec
+facts = {}
+for spec in fast.VARIANT.isa_specs():
+    name = spec.label.removeprefix("topk_fast/W131072/k2048/")
+    if "sm90" in spec.targets and name in ("sweep", "columns/sweep", "columns"):
+        ptx = compiled = compile_spec(spec, "sm90")[0].asm["ptx"]
+        at = lambda pattern: [m.start() for m in re.finditer(pattern, ptx)]
+        facts[name] = {"wait": at(r"griddepcontrol\\.wait"), "launch": at(r"griddepcontrol\\.launch_dependents"),
+                       "stores": at(r"\\b(?:st|atom|red)\\.global"), "loads": at(r"\\bld\\.global")}
+print(json.dumps(facts))
+"""
+
+
+def test_sweep_lets_the_finish_launch_after_its_stores():
+    """PDL in the long path's PTX (sm_90, cross-compiled under the installed triton): the column order's sweep lets
+    the next kernel be scheduled after its last store (sweep_late_dependents), and its finish waits for it before its
+    first load; the sorted form's sweep lets it be scheduled at its wait, before any store."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # compilable kernels, not the interpreter's
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    run = subprocess.run([sys.executable, "-c", _PDL_FACTS], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    facts = json.loads(run.stdout.strip().splitlines()[-1])
+    late, early, finish = facts["columns/sweep"], facts["sweep"], facts["columns"]
+    assert len(late["wait"]) == len(late["launch"]) == 1 and late["stores"], late
+    assert late["wait"][0] < late["launch"][0] and max(late["stores"]) < late["launch"][0], late
+    assert len(early["launch"]) == 1 and early["stores"] and early["launch"][0] < min(early["stores"]), early
+    assert len(finish["wait"]) == 1 and finish["loads"] and finish["wait"][0] < min(finish["loads"]), finish
+
+
 @pytest.mark.parametrize("by_value", [False, True], ids=["columns", "sorted"])
 def test_long_finish_register_cap(by_value: bool):
-    """The long path's finishing kernel (both forms) under LONG_FINISH_MAXNREG on NVIDIA while a candidate chunk
-    holds several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one
-    group a chunk); the selecting kernels' cap is not touched. Its rounds run to the end (no finish_rank_cap: under
-    that cap the ranks keep 8 bytes of stack with triton 3.9)."""
+    """The long path's finishing kernel (both forms) under a register cap on NVIDIA while a candidate chunk holds
+    several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one group a
+    chunk); the selecting kernels' cap is not touched. The column order's finish after a sweep ends its rounds by
+    ranks (COLUMNS_SWEEP_RANK_CAP) under COLUMNS_SWEEP_FINISH_MAXNREG and is launched once the sweep's programs have
+    stored (sweep_late_dependents); every other finish runs its rounds to the end under LONG_FINISH_MAXNREG."""
     def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
-    cap = topk_fast.LONG_FINISH_MAXNREG
     for width in (8193, 16384, 131072, 2 ** 20, 2 ** 23):
         t = tiling(width)
         assert t.block // radix_fast.group_size(width, t.tile_w) > 1
-        assert (t.finish_maxnreg, t.maxnreg, t.finish_rank_cap) == (cap, None, 0), width
+        ranked = bool(t.sweep_samples) and not by_value
+        expected = ((topk_fast.COLUMNS_SWEEP_FINISH_MAXNREG, topk_fast.COLUMNS_SWEEP_RANK_CAP, True) if ranked
+                    else (topk_fast.LONG_FINISH_MAXNREG, 0, False))
+        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == expected, width
+        assert t.maxnreg is None, width
+    assert tiling(131072).sweep_samples and not tiling(2 ** 20).sweep_samples   # both finishes are covered
     for width in (2 ** 24, radix_fast.FAST_MAX_WIDTH):
         t = tiling(width)
         assert t.block // radix_fast.group_size(width, t.tile_w) == 1 and t.finish_maxnreg is None, width
     assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
-    assert tiling(131072, Target.AMD).finish_maxnreg is tiling(131072, Target.INTERPRETER).finish_maxnreg is None
+    for target in (Target.AMD, Target.INTERPRETER):
+        t = tiling(131072, target)
+        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (None, 0, False), target
 
 
 def test_many_rows_kernel_cross_compiles():
