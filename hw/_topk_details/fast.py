@@ -51,13 +51,14 @@ SWEEP_MAXNREG = 40
 #: (docs/perf/h200-topk.md, "Fewer warps for the sample and the finish")
 SAMPLE_WARPS = 8
 COLUMNS_SWEEP_FINISH_WARPS = 8
-#: NVIDIA, the column order's finish after the sweep: its rounds end once at most COLUMNS_SWEEP_RANK_CAP keys lie in
-#: [tau, the largest candidate] and ranks finish them (column_order._finish_ranked), under
-#: COLUMNS_SWEEP_FINISH_MAXNREG registers (ptxas takes 132-142 and no stack under triton 3.6-3.9; under
+#: NVIDIA, the column order's finish after the sweep for at most a row per SM: its rounds end once at most
+#: COLUMNS_SWEEP_RANK_CAP keys lie in [tau, the largest candidate] and ranks finish them (column_order._finish_ranked),
+#: under COLUMNS_SWEEP_FINISH_MAXNREG registers (ptxas takes 132-142 and no stack under triton 3.6-3.9; under
 #: LONG_FINISH_MAXNREG, 8 bytes of stack with 3.9); and it is launched with PDL, the sweep letting it be scheduled
-#: only after its stores (FastTiling.sweep_late_dependents): faster together at every width the sweep takes but for
-#: 8 rows (docs/perf/h200-topk.md, "Ranks and a late trigger for the long finish"). The sorted form's sweep keeps
-#: its early trigger (the late one is slower there)
+#: only after its stores (FastTiling.sweep_late_dependents): faster together from 16 rows to one per SM at every
+#: width the sweep takes, 0.2 us slower at 8 rows (docs/perf/h200-topk.md, "Ranks and a late trigger for the long
+#: finish"). With more rows than SMs the finish keeps its rounds under LONG_FINISH_MAXNREG, two programs an SM where
+#: COLUMNS_SWEEP_FINISH_MAXNREG leaves one; the sorted form's sweep keeps its early trigger (the late one is slower)
 COLUMNS_SWEEP_RANK_CAP = 64
 COLUMNS_SWEEP_FINISH_MAXNREG = 160
 
@@ -69,25 +70,28 @@ def _launch(call: TopKCall, tiling: FastTiling) -> None:
         column_order.launch_columns(call.logits, call.lengths, call.starts, call.out, tiling)
 
 
-def _long_path(tiling: FastTiling, width: int, k: int, nvidia: bool, by_value: bool) -> FastTiling:
+def _long_path(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool,
+               by_value: bool) -> FastTiling:
     """The launch constants for rows wider than tiling.tile_w, sorted (`by_value`) or in column order: on NVIDIA the
     finish under LONG_FINISH_MAXNREG while a candidate chunk holds several groups; the candidates by a threshold from
     sampled keys and one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA
     in programs of SWEEP_BLOCK columns under SWEEP_MAXNREG, the sample in SAMPLE_WARPS warps, the column order's
-    finish in COLUMNS_SWEEP_FINISH_WARPS by ranks from COLUMNS_SWEEP_RANK_CAP keys under COLUMNS_SWEEP_FINISH_MAXNREG,
-    scheduled after the sweep's stores), else by group maxima and tau."""
+    finish in COLUMNS_SWEEP_FINISH_WARPS; for at most a row per SM by ranks from COLUMNS_SWEEP_RANK_CAP keys under
+    COLUMNS_SWEEP_FINISH_MAXNREG, scheduled after the sweep's stores), else by group maxima and tau. rows, sms: as
+    _tiling's."""
     several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
     samples = column_order.sweep_samples(width, k, tiling.cap)
     columns_sweep = nvidia and samples > 0 and not by_value
-    finish_cap = COLUMNS_SWEEP_FINISH_MAXNREG if columns_sweep else LONG_FINISH_MAXNREG
+    ranked = columns_sweep and not rows > sms > 0
+    finish_cap = COLUMNS_SWEEP_FINISH_MAXNREG if ranked else LONG_FINISH_MAXNREG
     return dataclasses.replace(tiling, finish_maxnreg=finish_cap if nvidia and several else None,
                                sweep_samples=samples,
                                sweep_block=SWEEP_BLOCK if nvidia else 0,
                                sweep_maxnreg=SWEEP_MAXNREG if nvidia else None,
                                sample_warps=SAMPLE_WARPS if nvidia else 0,
                                finish_warps=COLUMNS_SWEEP_FINISH_WARPS if columns_sweep else 0,
-                               finish_rank_cap=COLUMNS_SWEEP_RANK_CAP if columns_sweep else 0,
-                               sweep_late_dependents=columns_sweep)
+                               finish_rank_cap=COLUMNS_SWEEP_RANK_CAP if ranked else 0,
+                               sweep_late_dependents=ranked)
 
 
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
@@ -126,7 +130,7 @@ def _tiling(target: Target, width: int, k: int, rows: int, sms: int, by_value: b
     tiling = radix_fast.target_tiling(target, width, k, rows=rows, sms=sms)
     nvidia = target is Target.NVIDIA
     if width > tiling.tile_w:
-        return _long_path(tiling, width, k, nvidia, by_value)
+        return _long_path(tiling, width, k, rows, sms, nvidia, by_value)
     return tiling if by_value else _in_columns(tiling, width, k, rows, sms, nvidia)
 
 

@@ -1229,7 +1229,7 @@ def isa_specs(width: int, k: int, has_starts: bool, many_rows: bool = False, tar
     )
 
 
-# decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill),
-# the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
+# decode rows at the reference k (on chip and long), ragged prefill rows, a small k, many rows (a prompt's prefill,
+# on chip and long), the widest rows of the long path (one group of MAX_BLOCK columns per candidate program)
 ISA_SHAPES = ((8192, 2048, False), (131072, 2048, False), (8192, 2048, True), (131072, 2048, True), (4096, 64, False),
-              (8192, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))
+              (8192, 2048, False, True), (131072, 2048, False, True), (FAST_MAX_WIDTH, 2048, False))

@@ -446,7 +446,8 @@ def test_long_finish_register_cap(by_value: bool):
     several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one group a
     chunk); the selecting kernels' cap is not touched. The column order's finish after a sweep ends its rounds by
     ranks (COLUMNS_SWEEP_RANK_CAP) under COLUMNS_SWEEP_FINISH_MAXNREG and is launched once the sweep's programs have
-    stored (sweep_late_dependents); every other finish runs its rounds to the end under LONG_FINISH_MAXNREG."""
+    stored (sweep_late_dependents) while the rows are at most one per SM (or not known); every other finish runs its
+    rounds to the end under LONG_FINISH_MAXNREG."""
     def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
@@ -466,22 +467,33 @@ def test_long_finish_register_cap(by_value: bool):
     for target in (Target.AMD, Target.INTERPRETER):
         t = tiling(131072, target)
         assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (None, 0, False), target
+    # more rows than SMs: two finishing programs an SM under LONG_FINISH_MAXNREG, no ranks, no late trigger
+    for rows, sms in ((133, 132), (8192, 132)):
+        t = topk_fast._tiling(Target.NVIDIA, 131072, 2048, rows, sms, by_value)
+        assert t.sweep_samples and (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (
+            topk_fast.LONG_FINISH_MAXNREG, 0, False), rows
+    assert topk_fast._tiling(Target.NVIDIA, 131072, 2048, 132, 132, by_value).finish_rank_cap == (
+        0 if by_value else topk_fast.COLUMNS_SWEEP_RANK_CAP)
 
 
 def test_many_rows_kernel_cross_compiles():
     """Under the installed triton the capped selecting kernels compile for sm_90 and keep their programs per SM
-    (`mxidx isa`: two for the sorted form, three for the column order); their scratch is the specs' measured
-    exception, every other top-k kernel has none."""
+    (`mxidx isa`: two for the sorted form, three for the column order); so does the column order's long finish for
+    many rows (two, under LONG_FINISH_MAXNREG), where one row per SM takes one (ranks, under
+    COLUMNS_SWEEP_FINISH_MAXNREG). Their scratch is the specs' measured exception, every other top-k kernel has
+    none."""
     from tools import isa
 
+    on_chip = radix_fast.isa_label(8192, 2048, False, True)
+    long_many = radix_fast.isa_label(131072, 2048, False, True)
+    long_one = radix_fast.isa_label(131072, 2048, False, False)
     kernels, missing = isa.report("sm90", kernel="topk_fast")
     assert missing == () and kernels, (kernels, missing)
+    programs = {k.label: k.occupancy // k.num_warps for k in kernels}
     for k in kernels:
         assert not k.failures, k
-        if k.label.endswith("/many_rows"):
-            assert k.occupancy // k.num_warps == 2, k
-        if k.label.endswith("/many_rows/columns"):
-            assert k.occupancy // k.num_warps == 3, k
+    assert programs[on_chip] == 2 and programs[on_chip + "/columns"] == 3, programs
+    assert programs[long_many + "/columns"] == 2 and programs[long_one + "/columns"] == 1, programs
 
 
 def test_order_segment_overflow(device):
