@@ -411,7 +411,7 @@ facts = {}
 for spec in fast.VARIANT.isa_specs():
     name = spec.label.removeprefix("topk_fast/W131072/k2048/")
     if "sm90" in spec.targets and name in ("sweep", "columns/sweep", "columns"):
-        ptx = compiled = compile_spec(spec, "sm90")[0].asm["ptx"]
+        ptx = compile_spec(spec, "sm90")[0].asm["ptx"]
         at = lambda pattern: [m.start() for m in re.finditer(pattern, ptx)]
         facts[name] = {"wait": at(r"griddepcontrol\\.wait"), "launch": at(r"griddepcontrol\\.launch_dependents"),
                        "stores": at(r"\\b(?:st|atom|red)\\.global"), "loads": at(r"\\bld\\.global")}
