@@ -598,8 +598,10 @@ COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "
                                                    "long_sweep_tiny_cap", "long_sweep_narrow")} | {
     "row_ranks": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, tiers=3,
                             rank_finish=True),
-    # the long finish's rounds only until a few keys are inside, then ranks (after a sweep and after group maxima)
-    "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16),
+    # the long finish's rounds only until a few keys are inside, then ranks (after a sweep and after group maxima);
+    # after the sweep as NVIDIA launches it, scheduled after the sweep's stores (with PDL on a GPU that has it)
+    "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
+                                   sweep_late_dependents=True),
     "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32)}
 
 
