@@ -247,12 +247,12 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 @triton.jit
 def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr):
     """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; on NVIDIA the column order's finish
-    after a sweep, fast.COLUMNS_SWEEP_RANK_CAP):
-    one-probe rounds (_narrow) only until at most RANK_CAP keys are inside [lo, hi], then those keys compacted to
-    `scratch` (RANK_CAP int32 words the program has read before, if ever) and _finish_by_ranks. On the long path's
-    candidates after a sweep a halving finish takes up to 23 rounds (N(0, 1) rows of 131072 columns), 8 until 64
-    keys are inside (`python3 -m tools.probes.topk_finish_model`); the rounds are cheap, so ranks gain only at
-    RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long finish's last rounds by ranks")."""
+    after a sweep, fast.COLUMNS_SWEEP_RANK_CAP): one-probe rounds (_narrow) only until at most RANK_CAP keys are
+    inside [lo, hi], then those keys compacted to `scratch` (RANK_CAP int32 words the program has read before, if
+    ever) and _finish_by_ranks. On the long path's candidates after a sweep a halving finish takes up to 23 rounds
+    (N(0, 1) rows of 131072 columns), 8 until 64 keys are inside (`python3 -m tools.probes.topk_finish_model`); the
+    rounds are cheap, so ranks gain only at RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long
+    finish's last rounds by ranks")."""
     base = above
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
