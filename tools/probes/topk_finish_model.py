@@ -20,10 +20,9 @@ import sys
 import numpy as np
 import torch
 
-from hw._topk_details.column_order import _SAMPLE_EXTRA, _SAMPLE_SIGMAS, SAMPLE_RUN, SAMPLE_SLACK, SWEEP_SAMPLES
 from tools.probes.topk_buckets_model import keys
 
-K, W, SAMPLES, RUN = 2048, 131072, SWEEP_SAMPLES[-1], SAMPLE_RUN
+K, W, SAMPLES, RUN = 2048, 131072, 8192, 8
 RANK_CAPS = (0, 64, 128, 256)
 
 
@@ -33,8 +32,7 @@ def sample_tau(x: np.ndarray) -> int:
     first = np.arange(runs) * len(x) // runs // RUN * RUN
     sampled = np.sort(keys(x[(first[:, None] + np.arange(RUN)[None]).ravel()]))[::-1]
     e = K * SAMPLES / len(x)
-    r = math.ceil(e + _SAMPLE_SIGMAS.value * math.sqrt(e) + _SAMPLE_EXTRA.value)
-    return int(sampled[r + SAMPLE_SLACK // 2 - 1])
+    return int(sampled[math.ceil(e + 3.5 * math.sqrt(e) + 8) + 8 - 1])
 
 
 def halvings(x: np.ndarray, rank_cap: int) -> tuple[int, int]:
