@@ -602,7 +602,13 @@ COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "
     # after the sweep as NVIDIA launches it, scheduled after the sweep's stores (with PDL on a GPU that has it)
     "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
                                    sweep_late_dependents=True),
-    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32)}
+    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32),
+    # the row's tile, the sweep's chunks and the long finish's candidates loaded with the row's range (at most a row
+    # per SM): every column below the width read, the poisoned invisible ones included
+    "row_early": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, early_loads=True),
+    "long_sweep_early": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
+                                   sweep_late_dependents=True, early_loads=True),
+    "long_sweep_tiny_cap_early": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32, early_loads=True)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -1036,14 +1042,15 @@ def test_column_order_store_forms(width: int, device):
         assert_exact(out.cpu().numpy(), want, f"column order, width {width}, vectors {column_order.vectors(logits)}")
 
 
-def test_column_order_scratch_is_never_trusted(device, monkeypatch):
-    """The column-order launches' scratch (candidates, chunk table, group maxima, counts) filled with garbage:
-    the results do not change."""
+@pytest.mark.parametrize("garbage", [7, -1], ids=["small", "all_ones"])
+def test_column_order_scratch_is_never_trusted(garbage: int, device, monkeypatch):
+    """The column-order launches' scratch (candidates, chunk table, group maxima, counts) filled with garbage (7,
+    or all bits set: as a candidate's key the largest, as its column -1): the results do not change."""
     real_empty = torch.empty
 
     def poisoned_empty(*shape, dtype=None, device=None, **kw):
         t = real_empty(*shape, dtype=dtype, device=device, **kw)
-        return t.fill_(7 if not t.is_floating_point() else float("nan"))
+        return t.fill_(garbage if not t.is_floating_point() else float("nan"))
     monkeypatch.setattr(torch, "empty", poisoned_empty)
     case = CASES[1]
     x = _logits(case, np.random.default_rng(11))
