@@ -364,6 +364,15 @@ def _candidate_tile(cand_row, chunk_ptr, row, chunk_w, CAP: tl.constexpr, CHUNKS
 
 
 @triton.jit
+def _sample_columns(start, n, SAMPLES: tl.constexpr, RUN: tl.constexpr):
+    """_sample_tau_kernel's sampled columns of a row of n visible columns from `start`: SAMPLES // RUN runs of RUN
+    adjacent columns, evenly spaced, each run's first column rounded down to a multiple of RUN."""
+    RUNS: tl.constexpr = SAMPLES // RUN
+    first = start + (tl.arange(0, RUNS).to(tl.int64) * n // RUNS).to(tl.int32)
+    return tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
+
+
+@triton.jit
 def _columns_stream(row_ptr, start, end, lo, hi, above, k_eff, out_row, BLOCK: tl.constexpr):
     """_store_columns over the visible columns, streaming (a terminal [lo, hi])."""
     n_above = start * 0
@@ -464,6 +473,7 @@ def _sample_tau_kernel(
     SLACK: tl.constexpr,
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
+    EARLY_LOADS: tl.constexpr,   # FastTiling.early_loads: a whole row's sample read with the row's range
     PDL: tl.constexpr,
 ):
     """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
@@ -471,16 +481,25 @@ def _sample_tau_kernel(
     several times). t has between r and r + SLACK of the m visible samples >= it, r the expected count of samples >=
     the row's k_eff-th key plus a margin (SAMPLE_SIGMAS, SAMPLE_EXTRA); t = 1 (every visible key) when m <= r + SLACK
     or the row shows at most k keys. Only the work depends on t, never the result: the finishing kernel falls back
-    to streaming rounds when fewer than k_eff or more than CAP keys reach it."""
+    to streaming rounds when fewer than k_eff or more than CAP keys reach it. With EARLY_LOADS the sample of a row
+    showing every column is read with the row's range, and read again, at the row's own columns, when it shows
+    fewer: a round trip fewer for whole rows."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    if EARLY_LOADS:
+        whole = _sample_columns(0, width, SAMPLES, RUN)
+        x = tl.load(row_ptr + whole, mask=whole < width, other=0.0)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     n = tl.maximum(end, start) - start
-    RUNS: tl.constexpr = SAMPLES // RUN
-    first = start + (tl.arange(0, RUNS).to(tl.int64) * n // RUNS).to(tl.int32)
-    cols = tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
+    cols = _sample_columns(start, n, SAMPLES, RUN)
     visible = (cols >= start) & (cols < end)
-    key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
+    if EARLY_LOADS:
+        if (start != 0) | (end != width):   # the columns sampled differ
+            x = tl.load(row_ptr + cols, mask=visible, other=0.0)
+    else:
+        x = tl.load(row_ptr + cols, mask=visible, other=0.0)
+    key = _order_key(x, visible)
     m = tl.sum(visible.to(tl.int32), 0)
     expected = k_eff.to(tl.float32) * m.to(tl.float32) / tl.maximum(n, 1).to(tl.float32)
     r = tl.minimum(tl.maximum(tl.ceil(expected + _SAMPLE_SIGMAS * tl.sqrt(expected) + _SAMPLE_EXTRA).to(tl.int32), 1),
@@ -766,7 +785,8 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, EARLY_LOADS=tiling.early_loads, num_warps=sample_warps(tiling),
+        **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
@@ -845,7 +865,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
-                                "PDL": tiling.pdl}),
+                                "EARLY_LOADS": tiling.early_loads, "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
                     scratch_ok="" if tiling.sweep_maxnreg is None else SWEEP_STACK, aligned=(*_SWEEP_TYPES, *ints),

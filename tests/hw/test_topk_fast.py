@@ -792,7 +792,7 @@ def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
 
 
 def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarray, k: int, samples: int, cap: int,
-                       device) -> np.ndarray:
+                       device, early_loads: bool = False) -> np.ndarray:
     """The sweep's threshold keys (uint32) of the rows of `x`, from _sample_tau_kernel itself."""
     rows, width = x.shape
     as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
@@ -800,8 +800,27 @@ def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarra
     column_order._sample_tau_kernel[(rows,)](
         torch.from_numpy(x).to(device), as_i32(ends if starts is None else starts), as_i32(ends), meta, width, width,
         k, HAS_STARTS=starts is not None, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
-        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
+        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, EARLY_LOADS=early_loads,
+        PDL=False)
     return meta[:, 0].cpu().numpy().view(np.uint32)
+
+
+def test_sample_early_loads_same_threshold(device):
+    """The sample read with the row's range (early_loads: the columns of a row showing every column) gives the
+    threshold of the sample read after it, on whole rows and on rows whose sampled columns differ: a shorter end, a
+    later start, both, an end past the width, short and empty rows; invisible columns poisoned."""
+    width, k, samples = 3000, 300, 256
+    starts = np.array([0, 0, 37, 37, 0, 0, 5, 2999, 0])
+    ends = np.array([width, 2900, width, 2900, width + 50, 301, 200, width, 0])
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((len(ends), width)).astype(np.float32)
+    cols = np.arange(width)
+    hidden = (cols[None] < starts[:, None]) | (cols[None] >= ends[:, None])
+    x[hidden] = rng.choice(POISON, size=int(hidden.sum()))
+    late = _sampled_threshold(x, starts, ends, k, samples, 128, device)
+    early = _sampled_threshold(x, starts, ends, k, samples, 128, device, early_loads=True)
+    np.testing.assert_array_equal(early, late)
+    assert len(set(late[:5].tolist())) == 5   # the rows' samples differ: each row's own columns were read
 
 
 def test_sweep_threshold_above_the_kth_key(device):
