@@ -341,6 +341,10 @@ def test_column_order_programs_per_sm():
     assert tiling(64).num_warps == tiling(64, width=5000).num_warps == topk_fast.COLUMNS_WIDE_TILE_WARPS == 16
     assert tiling(64, width=4096).num_warps == tiling(64, nvidia=False).num_warps == radix_fast.ON_CHIP_WARPS == 8
     assert tiling(sms + 1).num_warps == radix_fast.ON_CHIP_WARPS
+    # the row loaded with its range: NVIDIA at one program a row; not for many rows (tiers), AMD or the sorted form
+    assert tiling(64).early_loads == tiling(sms, width=4096).early_loads == topk_fast.COLUMNS_EARLY_LOADS
+    assert not (tiling(sms + 1).early_loads or tiling(64, nvidia=False).early_loads
+                or tiling(64, by_value=True).early_loads)
     assert (tiling(sms + 1).maxnreg, tiling(sms + 1).tiers) == (128, topk_fast.COLUMNS_SHARED_TIERS) == (128, 2)
     assert tiling(2 * sms + 1).maxnreg == tiling(8192).maxnreg == 80
     assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
@@ -446,8 +450,8 @@ def test_long_finish_register_cap(by_value: bool):
     several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one group a
     chunk); the selecting kernels' cap is not touched. The column order's finish after a sweep ends its rounds by
     ranks (COLUMNS_SWEEP_RANK_CAP) under COLUMNS_SWEEP_FINISH_MAXNREG and is launched once the sweep's programs have
-    stored (sweep_late_dependents) while the rows are at most one per SM (or not known); every other finish runs its
-    rounds to the end under LONG_FINISH_MAXNREG."""
+    stored (sweep_late_dependents) while the rows are at most one per SM (or not known), its kernels loading early;
+    every other finish runs its rounds to the end under LONG_FINISH_MAXNREG."""
     def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
@@ -458,6 +462,7 @@ def test_long_finish_register_cap(by_value: bool):
         expected = ((topk_fast.COLUMNS_SWEEP_FINISH_MAXNREG, topk_fast.COLUMNS_SWEEP_RANK_CAP, True) if ranked
                     else (topk_fast.LONG_FINISH_MAXNREG, 0, False))
         assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == expected, width
+        assert t.early_loads == (ranked and topk_fast.COLUMNS_EARLY_LOADS), width
         assert t.maxnreg is None, width
     assert tiling(131072).sweep_samples and not tiling(2 ** 20).sweep_samples   # both finishes are covered
     for width in (2 ** 24, radix_fast.FAST_MAX_WIDTH):
@@ -466,12 +471,13 @@ def test_long_finish_register_cap(by_value: bool):
     assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
     for target in (Target.AMD, Target.INTERPRETER):
         t = tiling(131072, target)
-        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (None, 0, False), target
+        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents, t.early_loads) == (
+            None, 0, False, False), target
     # more rows than SMs: two finishing programs an SM under LONG_FINISH_MAXNREG, no ranks, no late trigger
     for rows, sms in ((133, 132), (8192, 132)):
         t = topk_fast._tiling(Target.NVIDIA, 131072, 2048, rows, sms, by_value)
-        assert t.sweep_samples and (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (
-            topk_fast.LONG_FINISH_MAXNREG, 0, False), rows
+        assert t.sweep_samples and (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents,
+                                    t.early_loads) == (topk_fast.LONG_FINISH_MAXNREG, 0, False, False), rows
     assert topk_fast._tiling(Target.NVIDIA, 131072, 2048, 132, 132, by_value).finish_rank_cap == (
         0 if by_value else topk_fast.COLUMNS_SWEEP_RANK_CAP)
 
