@@ -297,17 +297,16 @@ def _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP: tl.constexpr):
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
                      SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr, RANK_FINISH: tl.constexpr,
-                     SHARED_SM: tl.constexpr, x=None):
+                     SHARED_SM: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
     SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter. The candidate tile is
     finished by _finish_by_ranks with RANK_FINISH, else by rounds of 2^PROBE_BITS - 1 probes. SHARED_SM: the launch
-    has more rows than SMs (TIERS > 1). x: the tile's values if already loaded (_early_row_tile), else None."""
+    has more rows than SMs (TIERS > 1)."""
     tl.store(cand_row + CAP, 0)   # the narrowing's reductions pass barriers before the compaction adds to it
     cols = _row_columns(base, TILE, THREADS, VEC)
     visible = (cols >= start) & (cols < end)
-    if x is None:
-        x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    x = tl.load(row_ptr + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
     # JOINED (True): the ends and moments as two-column reductions (_narrow_on_row says why here only). SHARED_SM:
     # the moments of the loaded tile as it is (beside the visible columns at most VEC - 1 at either end of the visible
     # range, _load_mask: they move only the fit's guess, never a result) and the ends without `visible`, two selects
@@ -340,36 +339,6 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
             _store_from(key, cols, lo, out_row, THREADS, VEC)
         else:
             _store_columns(key, cols, lo, hi, k_eff - above, 0, 0, out_row, THREADS, VEC)
-
-
-@triton.jit
-def _early_row_tile(row_ptr, width, TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """A one-tier row tile's values (_columns_on_chip's x, base 0) loaded before the row's range is known: every
-    column below the width (in bounds whatever the range; the invisible ones are masked as keys and out of the
-    fit), so that the load's round trip overlaps the range's (FastTiling.early_loads)."""
-    cols = _row_columns(0, TILE, THREADS, VEC)
-    return tl.load(row_ptr + cols, mask=cols < width, other=0.0)
-
-
-@triton.jit
-def _candidate_tile(cand_row, chunk_ptr, row, chunk_w, CAP: tl.constexpr, CHUNKS: tl.constexpr):
-    """A sweep's candidate tile of one row as stored (columns, keys as int32: all CAP slots, those past the row's
-    count scratch) and its chunk records (first slot, count; 0 past chunk_w), for the long finish."""
-    slots = tl.arange(0, CAP)
-    c = tl.arange(0, CHUNKS)
-    live = c < chunk_w
-    return (tl.load(cand_row + slots), tl.load(cand_row + CAP + slots),
-            tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0),
-            tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0))
-
-
-@triton.jit
-def _sample_columns(start, n, SAMPLES: tl.constexpr, RUN: tl.constexpr):
-    """_sample_tau_kernel's sampled columns of a row of n visible columns from `start`: SAMPLES // RUN runs of RUN
-    adjacent columns, evenly spaced, each run's first column rounded down to a multiple of RUN."""
-    RUNS: tl.constexpr = SAMPLES // RUN
-    first = start + (tl.arange(0, RUNS).to(tl.int64) * n // RUNS).to(tl.int32)
-    return tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
 
 
 @triton.jit
@@ -419,10 +388,8 @@ def _columns_row_kernel(
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
     RANK_FINISH: tl.constexpr,   # FastTiling.rank_finish: the candidate tile finished by ranks, not rounds
-    EARLY_LOADS: tl.constexpr,   # FastTiling.early_loads (TIERS == 1): the row read with its range (_early_row_tile)
     PDL: tl.constexpr,
 ):
-    tl.static_assert((not EARLY_LOADS) or (TIERS == 1), "early loads read a whole one-tier row tile")
     grid_dependency_sync(PDL)
     # the first round on a row: a bracket of 3/4 CAP keys about the fit's quantile for one program a row, the
     # quantile alone for many rows (docs/perf/h200-topk.md, "A bracket about the fit's quantile")
@@ -434,13 +401,12 @@ def _columns_row_kernel(
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
     cand_row = cand_ptr + row * (CAP + _COUNTER_WORDS)
-    x = _early_row_tile(row_ptr, width, TILE_W, THREADS, VEC) if EARLY_LOADS else None
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     if tl.maximum(end, start) - start <= k:   # end - start could wrap in int32
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
         _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                         VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, x)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
@@ -473,7 +439,6 @@ def _sample_tau_kernel(
     SLACK: tl.constexpr,
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
-    EARLY_LOADS: tl.constexpr,   # FastTiling.early_loads: a whole row's sample read with the row's range
     PDL: tl.constexpr,
 ):
     """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
@@ -481,25 +446,16 @@ def _sample_tau_kernel(
     several times). t has between r and r + SLACK of the m visible samples >= it, r the expected count of samples >=
     the row's k_eff-th key plus a margin (SAMPLE_SIGMAS, SAMPLE_EXTRA); t = 1 (every visible key) when m <= r + SLACK
     or the row shows at most k keys. Only the work depends on t, never the result: the finishing kernel falls back
-    to streaming rounds when fewer than k_eff or more than CAP keys reach it. With EARLY_LOADS the sample of a row
-    showing every column is read with the row's range, and read again, at the row's own columns, when it shows
-    fewer: a round trip fewer for whole rows."""
+    to streaming rounds when fewer than k_eff or more than CAP keys reach it."""
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
-    row_ptr = logits_ptr + row * stride_row
-    if EARLY_LOADS:
-        whole = _sample_columns(0, width, SAMPLES, RUN)
-        x = tl.load(row_ptr + whole, mask=whole < width, other=0.0)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     n = tl.maximum(end, start) - start
-    cols = _sample_columns(start, n, SAMPLES, RUN)
+    RUNS: tl.constexpr = SAMPLES // RUN
+    first = start + (tl.arange(0, RUNS).to(tl.int64) * n // RUNS).to(tl.int32)
+    cols = tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
     visible = (cols >= start) & (cols < end)
-    if EARLY_LOADS:
-        if (start != 0) | (end != width):   # the columns sampled differ
-            x = tl.load(row_ptr + cols, mask=visible, other=0.0)
-    else:
-        x = tl.load(row_ptr + cols, mask=visible, other=0.0)
-    key = _order_key(x, visible)
+    key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
     m = tl.sum(visible.to(tl.int32), 0)
     expected = k_eff.to(tl.float32) * m.to(tl.float32) / tl.maximum(n, 1).to(tl.float32)
     r = tl.minimum(tl.maximum(tl.ceil(expected + _SAMPLE_SIGMAS * tl.sqrt(expected) + _SAMPLE_EXTRA).to(tl.int32), 1),
@@ -534,7 +490,6 @@ def _sweep_kernel(
     LATE_DEPENDENTS: tl.constexpr,   # FastTiling.sweep_late_dependents: the next kernel scheduled after the stores
     COLUMN_ORDER: tl.constexpr,   # rows of at most k keys not read, each chunk's first slot and count recorded;
                                   # else (the sorted form) every row read, nothing recorded
-    EARLY_LOADS: tl.constexpr,   # FastTiling.early_loads: the chunk read with the row's range (below the width)
     PDL: tl.constexpr,
 ):
     """Append the visible keys >= the row's sampled threshold among one chunk of BLOCK columns to the row's
@@ -543,22 +498,17 @@ def _sweep_kernel(
     showing at most k keys is not read (its chunks record no candidates). A chunk wholly visible under a threshold
     above the key of 0.0 (the usual chunk of the indexer's rows) compares the bits of its values instead of order
     keys: less than half the instructions for its keys, and the sweep's time follows its instruction count
-    (docs/perf/h200-topk.md, "The sweep's keys by their bits"). With EARLY_LOADS every column of the chunk below the
-    width is read with the row's range instead of after it (a round trip fewer; the invisible keys are masked all
-    the same), the chunks of rows of at most k keys too."""
+    (docs/perf/h200-topk.md, "The sweep's keys by their bits")."""
     if not READ_BEFORE_WAIT:
         grid_dependency_sync(PDL, LATE_DEPENDENTS)
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
-    cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
-    if EARLY_LOADS:
-        x = tl.load(logits_ptr + row * stride_row + cols, mask=cols < width, other=0.0)
     start, end, _ = _row_range(starts_ptr, ends_ptr, row, width, 1, HAS_STARTS)
     if COLUMN_ORDER:
         end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
     meta_row = meta_ptr + row * _META
-    if not EARLY_LOADS:
-        x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
     if READ_BEFORE_WAIT:
         grid_dependency_sync(PDL, LATE_DEPENDENTS)
     tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
@@ -611,34 +561,20 @@ def _columns_long_kernel(
     SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
     SWEEP_BLOCK: tl.constexpr,   # SWEEP: columns a sweep chunk (a candidate's chunk is its column // SWEEP_BLOCK)
     RANK_CAP: tl.constexpr,   # FastTiling.finish_rank_cap: 0, or the candidate tile finished by _finish_ranked
-    EARLY_LOADS: tl.constexpr,   # FastTiling.early_loads (SWEEP): the whole candidate tile, the chunk records and
-                                 # the threshold read with the row's range, not after it and the threshold
     PDL: tl.constexpr,
 ):
-    tl.static_assert((not EARLY_LOADS) or SWEEP, "early loads take the sweep's candidates")
     grid_dependency_sync(PDL)
     row = tl.program_id(0).to(tl.int64)
     row_ptr = logits_ptr + row * stride_row
     out_row = out_ptr + row * k
     cand_row = cand_ptr + row * ((2 if SWEEP else 3) * CAP)
-    meta_row = meta_ptr + row * _META
-    if EARLY_LOADS:
-        # one round trip instead of three (range, threshold, tile); the slots past the count are scratch (in
-        # bounds, never trusted: masked below)
-        early_cols, early_key, early_first, early_count = _candidate_tile(cand_row, chunk_ptr, row, chunk_w, CAP,
-                                                                         CHUNKS)
-        early_tau = tl.load(meta_row + _META_TAU)
-        early_ge = tl.load(meta_row + _META_COUNT)
     start, end, k_eff = _row_range(starts_ptr, ends_ptr, row, width, k, HAS_STARTS)
     if tl.maximum(end, start) - start <= k:
         _all_visible(start, end, k, out_row, K_PAD)
     else:
-        if EARLY_LOADS:
-            lo = early_tau.to(tl.uint32, bitcast=True).to(tl.int64)
-            ge_lo = early_ge
-        else:
-            lo = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True).to(tl.int64)
-            ge_lo = tl.load(meta_row + _META_COUNT)
+        meta_row = meta_ptr + row * _META
+        lo = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True).to(tl.int64)
+        ge_lo = tl.load(meta_row + _META_COUNT)
         hi = lo * 0 + _KEY_MAX
         above = start * 0
         reached = ge_lo >= k_eff   # always, but for a sampled threshold (SWEEP) above the k_eff-th key
@@ -651,24 +587,17 @@ def _columns_long_kernel(
             # the tile in slot order; each chunk's slots and their count place its candidates in column order
             slots = tl.arange(0, CAP)
             filled = slots < ge_lo
-            if EARLY_LOADS:
-                cols = tl.where(filled, early_cols, 0)
-                key = tl.where(filled, early_key, 0)
+            cols = tl.load(cand_row + slots, mask=filled, other=0)
+            key = tl.load(cand_row + CAP + slots, mask=filled, other=0)
+            c = tl.arange(0, CHUNKS)
+            if SWEEP:
                 chunk = cols // SWEEP_BLOCK
-                first = early_first
-                count = early_count
+                live = c < chunk_w
             else:
-                cols = tl.load(cand_row + slots, mask=filled, other=0)
-                key = tl.load(cand_row + CAP + slots, mask=filled, other=0)
-                c = tl.arange(0, CHUNKS)
-                if SWEEP:
-                    chunk = cols // SWEEP_BLOCK
-                    live = c < chunk_w
-                else:
-                    chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
-                    live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
-                first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
-                count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
+                chunk = tl.load(cand_row + 2 * CAP + slots, mask=filled, other=0)
+                live = c < tl.cdiv(tl.load(meta_row + _META_GROUPS), GROUPS)
+            first = tl.load(chunk_ptr + (row * chunk_w + c) * 2, mask=live, other=0)
+            count = tl.load(chunk_ptr + (row * chunk_w + c) * 2 + 1, mask=live, other=0)
             key = key.to(tl.uint32, bitcast=True)
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
@@ -727,13 +656,12 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
             **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-            RANK_FINISH=tiling.rank_finish, EARLY_LOADS=tiling.early_loads and tiers == 1,
-            num_warps=tiling.num_warps, **register_cap(tiling.maxnreg), **common, **pdl)
+            RANK_FINISH=tiling.rank_finish, num_warps=tiling.num_warps,
+            **register_cap(tiling.maxnreg), **common, **pdl)
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
     finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "PDL": False,
-              "EARLY_LOADS": tiling.early_loads and bool(tiling.sweep_samples),
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         if tiling.sweep_late_dependents:   # scheduled once the sweep's programs have stored, not beside them
@@ -785,13 +713,12 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, EARLY_LOADS=tiling.early_loads, num_warps=sample_warps(tiling),
-        **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
         READ_BEFORE_WAIT=SWEEP_READS_BEFORE_WAIT, LATE_DEPENDENTS=tiling.sweep_late_dependents,
-        COLUMN_ORDER=column_order, EARLY_LOADS=tiling.early_loads, num_warps=tiling.cand_warps,
+        COLUMN_ORDER=column_order, num_warps=tiling.cand_warps,
         **register_cap(tiling.sweep_maxnreg), **pdl)
     return chunks
 
@@ -865,7 +792,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
-                                "EARLY_LOADS": tiling.early_loads, "PDL": tiling.pdl}),
+                                "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
                     scratch_ok="" if tiling.sweep_maxnreg is None else SWEEP_STACK, aligned=(*_SWEEP_TYPES, *ints),
@@ -873,7 +800,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                                 **_sweep_layout(tiling, bool(ints)), "PDL": tiling.pdl,
                                 "READ_BEFORE_WAIT": SWEEP_READS_BEFORE_WAIT,
                                 "LATE_DEPENDENTS": tiling.sweep_late_dependents,
-                                "COLUMN_ORDER": column_order, "EARLY_LOADS": tiling.early_loads}))
+                                "COLUMN_ORDER": column_order}))
 
 
 def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: str,
@@ -896,7 +823,6 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                             constexprs=common | {"TILE_W": tile, "TIERS": tiers,
                                                  "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  "RANK_FINISH": tiling.rank_finish,
-                                                 "EARLY_LOADS": tiling.early_loads and tiers == 1,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     if tiling.sweep_samples:
         chunk_w = triton.cdiv(width, sweep_block(tiling))
@@ -908,8 +834,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                              "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
                                              "SWEEP_BLOCK": sweep_block(tiling),
-                                             "RANK_CAP": tiling.finish_rank_cap,
-                                             "EARLY_LOADS": tiling.early_loads}))
+                                             "RANK_CAP": tiling.finish_rank_cap}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -921,5 +846,4 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False,
-                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap,
-                                         "EARLY_LOADS": False}))
+                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap}))

@@ -61,11 +61,6 @@ COLUMNS_SWEEP_FINISH_WARPS = 8
 #: COLUMNS_SWEEP_FINISH_MAXNREG leaves one; the sorted form's sweep keeps its early trigger (the late one is slower)
 COLUMNS_SWEEP_RANK_CAP = 64
 COLUMNS_SWEEP_FINISH_MAXNREG = 160
-#: NVIDIA, the column order for at most a row per SM: early loads (FastTiling.early_loads), each kernel's reads of the
-#: row or of its candidates issued with the row's range instead of after it, a round trip fewer in the row kernel,
-#: the sample (whole rows) and the sweep, two in the long finish (docs/perf/h200-topk.md, "Loads with the row's
-#: range"). With more rows than SMs a row's range decides what is read (tiers, rows of at most k keys not read)
-COLUMNS_EARLY_LOADS = True
 
 
 def _launch(call: TopKCall, tiling: FastTiling) -> None:
@@ -82,8 +77,8 @@ def _long_path(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvid
     sampled keys and one sweep where the sample is large enough for the width (column_order.sweep_samples; on NVIDIA
     in programs of SWEEP_BLOCK columns under SWEEP_MAXNREG, the sample in SAMPLE_WARPS warps, the column order's
     finish in COLUMNS_SWEEP_FINISH_WARPS; for at most a row per SM by ranks from COLUMNS_SWEEP_RANK_CAP keys under
-    COLUMNS_SWEEP_FINISH_MAXNREG, scheduled after the sweep's stores, its kernels' loads early), else by group maxima
-    and tau. rows, sms: as _tiling's."""
+    COLUMNS_SWEEP_FINISH_MAXNREG, scheduled after the sweep's stores), else by group maxima and tau. rows, sms: as
+    _tiling's."""
     several = tiling.block // radix_fast.group_size(width, tiling.tile_w) > 1   # groups a candidate chunk
     samples = column_order.sweep_samples(width, k, tiling.cap)
     columns_sweep = nvidia and samples > 0 and not by_value
@@ -96,15 +91,14 @@ def _long_path(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvid
                                sample_warps=SAMPLE_WARPS if nvidia else 0,
                                finish_warps=COLUMNS_SWEEP_FINISH_WARPS if columns_sweep else 0,
                                finish_rank_cap=COLUMNS_SWEEP_RANK_CAP if ranked else 0,
-                               sweep_late_dependents=ranked,
-                               early_loads=COLUMNS_EARLY_LOADS and ranked)
+                               sweep_late_dependents=ranked)
 
 
 def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvidia: bool) -> FastTiling:
     """The column-order launch constants of the on-chip path (width <= tiling.tile_w): the sorted form's with
     COLUMNS_ROW_CAP and, when the GPU's SMs are known (sms > 0), COLUMNS_SHARED_TIERS above one row per SM (on NVIDIA
     under the register cap of COLUMNS_MAXNREG for its programs per SM, and at COLUMNS_RANK_PER_SM on wide tiles the
-    rank finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles, loaded early)."""
+    rank finish), else one tile (on NVIDIA in COLUMNS_WIDE_TILE_WARPS on wide tiles)."""
     tiling = dataclasses.replace(tiling, cap=COLUMNS_ROW_CAP)
     if sms <= 0:
         return tiling
@@ -113,7 +107,6 @@ def _in_columns(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvi
     if per_sm <= 1:
         wide = nvidia and tile >= COLUMNS_WIDE_TILE
         return dataclasses.replace(tiling, maxnreg=None, tiers=1,
-                                   early_loads=COLUMNS_EARLY_LOADS and nvidia,
                                    num_warps=COLUMNS_WIDE_TILE_WARPS if wide else tiling.num_warps)
     if nvidia and per_sm == COLUMNS_RANK_PER_SM and tile > 4096:
         tiling = dataclasses.replace(tiling, cap=COLUMNS_RANK_CAP, rank_finish=True)

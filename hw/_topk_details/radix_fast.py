@@ -161,9 +161,6 @@ class FastTiling(LaunchSettings):
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
     sweep_late_dependents: bool = False  # the sweep lets the next kernel be scheduled after its stores, not at its
                                          # start, and the column order's finish is launched with PDL
-    early_loads: bool = False        # column order, at most a row per SM: the row kernel's tile (one tier), the
-                                     # sweep's chunk and the long finish's candidates loaded with the row's range,
-                                     # not after it (column_order.launch_columns)
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,

@@ -341,10 +341,6 @@ def test_column_order_programs_per_sm():
     assert tiling(64).num_warps == tiling(64, width=5000).num_warps == topk_fast.COLUMNS_WIDE_TILE_WARPS == 16
     assert tiling(64, width=4096).num_warps == tiling(64, nvidia=False).num_warps == radix_fast.ON_CHIP_WARPS == 8
     assert tiling(sms + 1).num_warps == radix_fast.ON_CHIP_WARPS
-    # the row loaded with its range: NVIDIA at one program a row; not for many rows (tiers), AMD or the sorted form
-    assert tiling(64).early_loads == tiling(sms, width=4096).early_loads == topk_fast.COLUMNS_EARLY_LOADS
-    assert not (tiling(sms + 1).early_loads or tiling(64, nvidia=False).early_loads
-                or tiling(64, by_value=True).early_loads)
     assert (tiling(sms + 1).maxnreg, tiling(sms + 1).tiers) == (128, topk_fast.COLUMNS_SHARED_TIERS) == (128, 2)
     assert tiling(2 * sms + 1).maxnreg == tiling(8192).maxnreg == 80
     assert tiling(3 * sms, width=4096).maxnreg == 80 and tiling(8192, width=4096).maxnreg == 64
@@ -450,8 +446,8 @@ def test_long_finish_register_cap(by_value: bool):
     several groups (rows up to 2^23 columns at the launcher's blocks), never on AMD or on the widest rows (one group a
     chunk); the selecting kernels' cap is not touched. The column order's finish after a sweep ends its rounds by
     ranks (COLUMNS_SWEEP_RANK_CAP) under COLUMNS_SWEEP_FINISH_MAXNREG and is launched once the sweep's programs have
-    stored (sweep_late_dependents) while the rows are at most one per SM (or not known), its kernels loading early;
-    every other finish runs its rounds to the end under LONG_FINISH_MAXNREG."""
+    stored (sweep_late_dependents) while the rows are at most one per SM (or not known); every other finish runs its
+    rounds to the end under LONG_FINISH_MAXNREG."""
     def tiling(width, target=Target.NVIDIA):
         return topk_fast._tiling(target, width, 2048, 64, 132, by_value)
 
@@ -462,7 +458,6 @@ def test_long_finish_register_cap(by_value: bool):
         expected = ((topk_fast.COLUMNS_SWEEP_FINISH_MAXNREG, topk_fast.COLUMNS_SWEEP_RANK_CAP, True) if ranked
                     else (topk_fast.LONG_FINISH_MAXNREG, 0, False))
         assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == expected, width
-        assert t.early_loads == (ranked and topk_fast.COLUMNS_EARLY_LOADS), width
         assert t.maxnreg is None, width
     assert tiling(131072).sweep_samples and not tiling(2 ** 20).sweep_samples   # both finishes are covered
     for width in (2 ** 24, radix_fast.FAST_MAX_WIDTH):
@@ -471,13 +466,12 @@ def test_long_finish_register_cap(by_value: bool):
     assert tiling(8192).finish_maxnreg is None   # the on-chip path has no long finish
     for target in (Target.AMD, Target.INTERPRETER):
         t = tiling(131072, target)
-        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents, t.early_loads) == (
-            None, 0, False, False), target
+        assert (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (None, 0, False), target
     # more rows than SMs: two finishing programs an SM under LONG_FINISH_MAXNREG, no ranks, no late trigger
     for rows, sms in ((133, 132), (8192, 132)):
         t = topk_fast._tiling(Target.NVIDIA, 131072, 2048, rows, sms, by_value)
-        assert t.sweep_samples and (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents,
-                                    t.early_loads) == (topk_fast.LONG_FINISH_MAXNREG, 0, False, False), rows
+        assert t.sweep_samples and (t.finish_maxnreg, t.finish_rank_cap, t.sweep_late_dependents) == (
+            topk_fast.LONG_FINISH_MAXNREG, 0, False), rows
     assert topk_fast._tiling(Target.NVIDIA, 131072, 2048, 132, 132, by_value).finish_rank_cap == (
         0 if by_value else topk_fast.COLUMNS_SWEEP_RANK_CAP)
 
@@ -608,13 +602,7 @@ COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "
     # after the sweep as NVIDIA launches it, scheduled after the sweep's stores (with PDL on a GPU that has it)
     "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
                                    sweep_late_dependents=True),
-    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32),
-    # the row's tile, the sweep's chunks and the long finish's candidates loaded with the row's range (at most a row
-    # per SM): every column below the width read, the poisoned invisible ones included
-    "row_early": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, early_loads=True),
-    "long_sweep_early": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
-                                   sweep_late_dependents=True, early_loads=True),
-    "long_sweep_tiny_cap_early": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32, early_loads=True)}
+    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:
@@ -798,7 +786,7 @@ def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
 
 
 def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarray, k: int, samples: int, cap: int,
-                       device, early_loads: bool = False) -> np.ndarray:
+                       device) -> np.ndarray:
     """The sweep's threshold keys (uint32) of the rows of `x`, from _sample_tau_kernel itself."""
     rows, width = x.shape
     as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
@@ -806,27 +794,8 @@ def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarra
     column_order._sample_tau_kernel[(rows,)](
         torch.from_numpy(x).to(device), as_i32(ends if starts is None else starts), as_i32(ends), meta, width, width,
         k, HAS_STARTS=starts is not None, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
-        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, EARLY_LOADS=early_loads,
-        PDL=False)
+        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
     return meta[:, 0].cpu().numpy().view(np.uint32)
-
-
-def test_sample_early_loads_same_threshold(device):
-    """The sample read with the row's range (early_loads: the columns of a row showing every column) gives the
-    threshold of the sample read after it, on whole rows and on rows whose sampled columns differ: a shorter end, a
-    later start, both, an end past the width, short and empty rows; invisible columns poisoned."""
-    width, k, samples = 3000, 300, 256
-    starts = np.array([0, 0, 37, 37, 0, 0, 5, 2999, 0])
-    ends = np.array([width, 2900, width, 2900, width + 50, 301, 200, width, 0])
-    rng = np.random.default_rng(8)
-    x = rng.standard_normal((len(ends), width)).astype(np.float32)
-    cols = np.arange(width)
-    hidden = (cols[None] < starts[:, None]) | (cols[None] >= ends[:, None])
-    x[hidden] = rng.choice(POISON, size=int(hidden.sum()))
-    late = _sampled_threshold(x, starts, ends, k, samples, 128, device)
-    early = _sampled_threshold(x, starts, ends, k, samples, 128, device, early_loads=True)
-    np.testing.assert_array_equal(early, late)
-    assert len(set(late[:5].tolist())) == 5   # the rows' samples differ: each row's own columns were read
 
 
 def test_sweep_threshold_above_the_kth_key(device):
