@@ -59,7 +59,6 @@ import triton
 import triton.language as tl
 
 from .._constant import Constant
-from .._l2_prefetch import prefetch_l2, prefetch_launch
 from .._pdl import grid_dependency_sync, grid_dependents_launch, pdl_launch
 from ..isa_spec import CompileSpec
 from ..targets import register_cap
@@ -440,8 +439,6 @@ def _sample_tau_kernel(
     SLACK: tl.constexpr,
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
-    PREFETCH: tl.constexpr,  # ask L2 for the row's visible keys, for the sweep (hw._l2_prefetch)
-    WARPS: tl.constexpr,  # the launch's num_warps: one prefetch a warp
     PDL: tl.constexpr,
 ):
     """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
@@ -459,8 +456,6 @@ def _sample_tau_kernel(
     cols = tl.reshape((first // RUN * RUN)[:, None] + tl.arange(0, RUN)[None, :], (SAMPLES,))
     visible = (cols >= start) & (cols < end)
     key = _order_key(tl.load(logits_ptr + row * stride_row + cols, mask=visible, other=0.0), visible)
-    if PREFETCH:   # while the rounds below run, the sweep's later programs cannot read yet
-        prefetch_l2(logits_ptr + row * stride_row + start, logits_ptr + row * stride_row + start + n, WARPS)
     m = tl.sum(visible.to(tl.int32), 0)
     expected = k_eff.to(tl.float32) * m.to(tl.float32) / tl.maximum(n, 1).to(tl.float32)
     r = tl.minimum(tl.maximum(tl.ceil(expected + _SAMPLE_SIGMAS * tl.sqrt(expected) + _SAMPLE_EXTRA).to(tl.int32), 1),
@@ -718,8 +713,7 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, WARPS=sample_warps(tiling), num_warps=sample_warps(tiling),
-        **prefetch_launch(tiling.sweep_prefetch, device, rows * width * logits.element_size()), **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
@@ -798,7 +792,6 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
-                                "PREFETCH": tiling.sweep_prefetch, "WARPS": sample_warps(tiling),
                                 "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,

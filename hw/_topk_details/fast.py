@@ -89,7 +89,6 @@ def _long_path(tiling: FastTiling, width: int, k: int, rows: int, sms: int, nvid
                                sweep_block=SWEEP_BLOCK if nvidia else 0,
                                sweep_maxnreg=SWEEP_MAXNREG if nvidia else None,
                                sample_warps=SAMPLE_WARPS if nvidia else 0,
-                               sweep_prefetch=nvidia and samples > 0,
                                finish_warps=COLUMNS_SWEEP_FINISH_WARPS if columns_sweep else 0,
                                finish_rank_cap=COLUMNS_SWEEP_RANK_CAP if ranked else 0,
                                sweep_late_dependents=ranked)

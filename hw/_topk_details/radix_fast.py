@@ -159,8 +159,6 @@ class FastTiling(LaunchSettings):
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
     finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
-    sweep_prefetch: bool = False     # the sample kernel asks L2 for the rows' visible keys (NVIDIA sm_90+, when the
-                                     # launch's rows fit: hw._l2_prefetch), which the sweep then reads from L2
     sweep_late_dependents: bool = False  # the sweep lets the next kernel be scheduled after its stores, not at its
                                          # start, and the column order's finish is launched with PDL
 

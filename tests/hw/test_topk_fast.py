@@ -956,13 +956,11 @@ def test_sweep_block_by_target():
             assert (column_order.sweep_block(amd), amd.block, amd.sweep_maxnreg) == (block, block, None), width
             assert (column_order.sample_warps(nv), column_order.sample_warps(amd)) == (
                 topk_fast.SAMPLE_WARPS, amd.num_warps), width
-            assert nv.sweep_prefetch and not amd.sweep_prefetch, width
             assert (column_order.finish_warps(nv), column_order.finish_warps(amd)) == (
                 nv.num_warps if by_value else topk_fast.COLUMNS_SWEEP_FINISH_WARPS, amd.num_warps), (width, by_value)
     assert topk_fast.SWEEP_BLOCK != radix_fast.fast_tiling(131072, 2048).block   # the narrow programs are NVIDIA's
     maxima = topk_fast._tiling(Target.NVIDIA, 2 ** 20, 2048, 64, 132, False)
     assert maxima.sweep_samples == 0 and column_order.finish_warps(maxima) == maxima.num_warps
-    assert not maxima.sweep_prefetch
 
 
 @pytest.mark.parametrize("variant", ["radix_fast", "per_row", "rows_tile"])
@@ -1196,8 +1194,6 @@ def test_isa_specs_are_the_launched_kernels(target: Target, monkeypatch):
                 monkeypatch.setattr(module, name, Recorder(fn))
         # what a launch on that GPU gets (the CPU has no PDL)
         monkeypatch.setattr(module, "pdl_launch", lambda wanted, device: {"PDL": wanted})
-    # and the sample's L2 prefetch as NVIDIA's launches take it where the rows fit the L2
-    monkeypatch.setattr(column_order, "prefetch_launch", lambda wanted, device, nbytes: {"PREFETCH": wanted})
     nvidia = target is Target.NVIDIA
     sms = 132 if nvidia else 256
     for width, k, has_starts, *many in radix_fast.ISA_SHAPES:
