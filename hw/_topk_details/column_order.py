@@ -255,11 +255,11 @@ def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.con
     ever) and _finish_by_ranks. On the long path's candidates after a sweep a halving finish takes up to 23 rounds
     (N(0, 1) rows of 131072 columns), 8 until 64 keys are inside (`python3 -m tools.probes.topk_finish_model`); the
     rounds are cheap, so ranks gain only at RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long
-    finish's last rounds by ranks")."""
+    finish's last rounds by ranks"). With SECANT_ROUNDS > 0 (FastTiling.finish_secant_rounds) the first rounds probe
+    by a secant on the log of the counts, which falls about linearly in value above a row's sampled threshold, and
+    halve after them (docs/perf/h200-topk.md, "A secant on the log of the counts for the long finish")."""
     base = above
     if SECANT_ROUNDS > 0:
-        # the first SECANT_ROUNDS rounds a secant on the log of the counts (FastTiling.finish_secant_rounds), one
-        # probe a round, halvings after them
         w_lo = ge_lo.to(tl.float32) * 0 + 1.0
         w_hi = w_lo
         side = above * 0
