@@ -2,12 +2,12 @@
 many one-probe rounds on [tau, the largest candidate] it takes to a terminal state, against how many until at most
 RANK_CAP keys are inside the interval (column_order._finish_ranked, which then finishes by ranks in one step).
 
-Two ways to probe: the kernel's halvings of the key interval, and (SECANT_ROUNDS > 0, a candidate not in the
-kernels) for the first SECANT_ROUNDS rounds a secant on the logarithm of the counts: the probe's value where the
-count would reach k - 0.5 if its logarithm fell linearly in value between the ends (ge_lo keys at lo, above keys, at
-least 0.5, past hi), an end kept twice in a row having its weight halved (Illinois), as radix_fast._probe does on the
-counts themselves; halvings after them. A row's tail above tau falls about exponentially, so the logarithm of its
-count is nearly linear there.
+Two ways to probe: halvings of the key interval, and (SECANT_ROUNDS > 0; the kernels' option FastTiling
+finish_secant_rounds, off by default) for the first SECANT_ROUNDS rounds a secant on the logarithm of the counts:
+the probe's value where the count would reach k - 0.5 if its logarithm fell linearly in value between the ends
+(ge_lo keys at lo, above keys, at least 0.5, past hi), an end kept twice in a row having its weight halved
+(Illinois), as radix_fast._probe does on the counts themselves; halvings after them. A row's tail above tau falls
+about exponentially, so the logarithm of its count is nearly linear there.
 
 The threshold tau is the sample kernel's, modelled: runs of 8 adjacent columns evenly spaced over the row, 8192 keys
 in all, r = ceil(e + 3.5 sqrt(e) + 8) of them expected at or above the k-th key (e = k x 8192 / W), tau the sample's
