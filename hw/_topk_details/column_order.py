@@ -268,6 +268,7 @@ def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.con
         while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
             secant = rounds < SECANT_ROUNDS
             mid = _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, True)
+            # check = 1: no zero-tie test (that is the on-chip path's); the check it returns is not wanted
             lo, hi, ge_lo, above, w_lo, w_hi, side, _ = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
                                                                       w_hi, side, secant, 1, base)
             rounds += 1
