@@ -82,9 +82,7 @@ from .radix_fast import (
     _moments,
     _narrow,
     _narrow_on_row,
-    _probe,
     _row_range,
-    _secant_round,
     _split_flags,
     group_size,
     k_pad,
@@ -247,34 +245,17 @@ def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
-def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr,
-                   SECANT_ROUNDS: tl.constexpr = 0):
+def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr):
     """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; on NVIDIA the column order's finish
     after a sweep, fast.COLUMNS_SWEEP_RANK_CAP): one-probe rounds (_narrow) only until at most RANK_CAP keys are
     inside [lo, hi], then those keys compacted to `scratch` (RANK_CAP int32 words the program has read before, if
     ever) and _finish_by_ranks. On the long path's candidates after a sweep a halving finish takes up to 23 rounds
     (N(0, 1) rows of 131072 columns), 8 until 64 keys are inside (`python3 -m tools.probes.topk_finish_model`); the
     rounds are cheap, so ranks gain only at RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long
-    finish's last rounds by ranks"). With SECANT_ROUNDS > 0 (FastTiling.finish_secant_rounds) the first rounds probe
-    by a secant on the log of the counts, which falls about linearly in value above a row's sampled threshold, and
-    halve after them (docs/perf/h200-topk.md, "A secant on the log of the counts for the long finish")."""
+    finish's last rounds by ranks")."""
     base = above
-    if SECANT_ROUNDS > 0:
-        w_lo = ge_lo.to(tl.float32) * 0 + 1.0
-        w_hi = w_lo
-        side = above * 0
-        rounds = above * 0
-        target = k_eff.to(tl.float32) - 0.5
-        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
-            secant = rounds < SECANT_ROUNDS
-            mid = _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, True)
-            # check = 1: no zero-tie test (that is the on-chip path's); the check it returns is not wanted
-            lo, hi, ge_lo, above, w_lo, w_hi, side, _ = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
-                                                                      w_hi, side, secant, 1, base)
-            rounds += 1
-    else:
-        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
-            lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
+        lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     if (ge_lo != k_eff) & (lo < hi):
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         flags = inside.to(tl.int32)
@@ -580,7 +561,6 @@ def _columns_long_kernel(
     SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
     SWEEP_BLOCK: tl.constexpr,   # SWEEP: columns a sweep chunk (a candidate's chunk is its column // SWEEP_BLOCK)
     RANK_CAP: tl.constexpr,   # FastTiling.finish_rank_cap: 0, or the candidate tile finished by _finish_ranked
-    SECANT_ROUNDS: tl.constexpr,   # FastTiling.finish_secant_rounds (with RANK_CAP > 0)
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -625,7 +605,7 @@ def _columns_long_kernel(
                 lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
             else:
                 lo, hi, ge_lo, above = _finish_ranked(key, cand_row, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
-                                                      RANK_CAP, SECANT_ROUNDS)
+                                                      RANK_CAP)
             _store_chunked(key, cols, chunk, first, count, lo, hi, k_eff - above, out_row, CAP)
         else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
             while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
@@ -681,8 +661,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap,
-              "SECANT_ROUNDS": tiling.finish_secant_rounds, "PDL": False,
+    finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "PDL": False,
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         if tiling.sweep_late_dependents:   # scheduled once the sweep's programs have stored, not beside them
@@ -855,8 +834,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                              "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
                                              "SWEEP_BLOCK": sweep_block(tiling),
-                                             "RANK_CAP": tiling.finish_rank_cap,
-                                             "SECANT_ROUNDS": tiling.finish_secant_rounds}))
+                                             "RANK_CAP": tiling.finish_rank_cap}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -868,5 +846,4 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False,
-                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap,
-                                         "SECANT_ROUNDS": tiling.finish_secant_rounds}))
+                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap}))

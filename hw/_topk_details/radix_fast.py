@@ -159,8 +159,6 @@ class FastTiling(LaunchSettings):
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
     finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
-    finish_secant_rounds: int = 0    # with finish_rank_cap: the long finish's first rounds a secant on the log of the
-                                     # counts (column_order._finish_ranked); 0: halvings only
     sweep_late_dependents: bool = False  # the sweep lets the next kernel be scheduled after its stores, not at its
                                          # start, and the column order's finish is launched with PDL
 
@@ -304,19 +302,14 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
-def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, LOG: tl.constexpr = False):
+def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
     """The next round's probe in [lo + 1, hi]: with `secant`, where the counts would reach `target` (fp32, strictly
     between above and ge_lo) if they fell linearly in value between the two ends (count ge_lo at lo, above at hi),
-    their weights w_lo and w_hi applied; with LOG, if their logarithms did (`above` taken as at least 0.5: a row's
-    tail falls about exponentially); else, or when an end is not a finite number, the middle of the interval."""
+    their weights w_lo and w_hi applied; else, or when an end is not a finite number, the middle of the interval."""
     a = _key_value(lo.to(tl.uint32))
     b = _key_value(hi.to(tl.uint32))
-    if LOG:
-        f_lo = (tl.log(ge_lo.to(tl.float32)) - tl.log(target)) * w_lo
-        f_hi = (tl.log(target) - tl.log(tl.maximum(above.to(tl.float32), 0.5))) * w_hi
-    else:
-        f_lo = (ge_lo.to(tl.float32) - target) * w_lo
-        f_hi = (target - above.to(tl.float32)) * w_hi
+    f_lo = (ge_lo.to(tl.float32) - target) * w_lo
+    f_hi = (target - above.to(tl.float32)) * w_hi
     t = f_lo / (f_lo + f_hi)
     value = a * (1.0 - t) + b * t                             # no overflow between -FLT_MAX and FLT_MAX
     at = _order_key(value, True).to(tl.int64)
@@ -325,13 +318,12 @@ def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, LOG: tl.constexpr =
 
 
 @triton.jit
-def _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo, w_hi, side, secant, check, base=0):
-    """One round of one probe, `mid` in [lo + 1, hi], on a tile holding every key (0 = empty) but `base` keys > hi
-    outside it; returns the new (lo, hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant
-    step kept, 1 lo, -1 hi, 0 none; an end kept twice in a row has its weight halved, so both ends move) and the next
-    `check`: whether lo is the key of 0.0 and this round went down from a probe above lo + 1 without finding a key at
-    or above it."""
-    c = base + tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
+def _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo, w_hi, side, secant, check):
+    """One round of one probe, `mid` in [lo + 1, hi], on a tile holding every key (0 = empty); returns the new (lo,
+    hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1 lo, -1 hi, 0 none;
+    an end kept twice in a row has its weight halved, so both ends move) and the next `check`: whether lo is the key
+    of 0.0 and this round went down from a probe above lo + 1 without finding a key at or above it."""
+    c = tl.sum((key >= mid.to(tl.uint32)).to(tl.int32), 0)
     up = c >= k_eff
     check = ((check == 0) & (lo == _SIGN_BIT) & ~up & (c == above)).to(tl.int32)
     kept = tl.where(up, -1, 1)

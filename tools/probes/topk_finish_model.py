@@ -2,8 +2,8 @@
 many one-probe rounds on [tau, the largest candidate] it takes to a terminal state, against how many until at most
 RANK_CAP keys are inside the interval (column_order._finish_ranked, which then finishes by ranks in one step).
 
-Two ways to probe: halvings of the key interval, and (SECANT_ROUNDS > 0; the kernels' option FastTiling
-finish_secant_rounds, off by default) for the first SECANT_ROUNDS rounds a secant on the logarithm of the counts:
+Two ways to probe: halvings of the key interval (the kernel's), and (SECANT_ROUNDS > 0; built in the kernel and
+lost there: docs/perf/h200-topk.md) for the first SECANT_ROUNDS rounds a secant on the logarithm of the counts:
 the probe's value where the count would reach k - 0.5 if its logarithm fell linearly in value between the ends
 (ge_lo keys at lo, above keys, at least 0.5, past hi), an end kept twice in a row having its weight halved
 (Illinois), as radix_fast._probe does on the counts themselves; halvings after them. A row's tail above tau falls
