@@ -76,12 +76,12 @@ from .radix_fast import (
     _SIGN_BIT,
     FastTiling,
     _candidates_kernel,
-    _count_ge_stream,
     _group_max_kernel,
     _key_value,
     _moments,
     _narrow,
     _narrow_on_row,
+    _narrow_stream,
     _row_range,
     _split_flags,
     group_size,
@@ -608,12 +608,7 @@ def _columns_long_kernel(
                                                       RANK_CAP)
             _store_chunked(key, cols, chunk, first, count, lo, hi, k_eff - above, out_row, CAP)
         else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
-            while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-                mid = lo + ((hi - lo + 1) >> 1)
-                n = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
-                up = n >= k_eff
-                lo, ge_lo = tl.where(up, mid, lo), tl.where(up, n, ge_lo)
-                hi, above = tl.where(up, hi, mid - 1), tl.where(up, above, n)
+            lo, hi, ge_lo, above = _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP, BLOCK)
             if (ge_lo != k_eff) & (lo < hi):
                 _inside_stream(row_ptr, start, end, lo, hi, cand_row, BLOCK)
                 tl.debug_barrier()   # the candidates were stored by other threads

@@ -109,8 +109,11 @@ SHARED_SM_MAXNREG = 128  # ... is capped (NVIDIA) at 128 registers: 8 warps x 32
 MANY_ROWS_TIERS = 3      # ... and holds each row in the narrowest of 3 tile widths that fits it
 COUNTER_STRIDE = 8           # int32 words between _count_sort's atomic counters: one per 32-byte sector
 MIN_TIER_W = 1024        # narrowest tile of a tier
+STREAM_BIN_BITS = 8      # the streaming narrowing (_narrow_stream) splits its key interval into 2^this bins a pass
 
 _KEY_MAX = Constant(0xFFFFFFFF)
+_STREAM_BIN_BITS = Constant(STREAM_BIN_BITS)
+_STREAM_BINS = Constant(1 << STREAM_BIN_BITS)
 _FINE = Constant(FINE_BUCKETS)
 _SIGN_BIT = Constant(0x80000000)
 _FLT_MAX = Constant(3.4028234663852886e38)
@@ -548,15 +551,33 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
 
 
 @triton.jit
-def _count_ge_stream(row_ptr, start, end, probe, BLOCK: tl.constexpr):
-    """#visible keys >= probe (uint32 >= 1) in columns [start, end), streaming."""
-    c = start * 0
-    for off in range(start, end, BLOCK):
-        cols = off + tl.arange(0, BLOCK)
-        inside = cols < end
-        key = _order_key(tl.load(row_ptr + cols, mask=inside, other=0.0), inside)
-        c += tl.sum((key >= probe).to(tl.int32), 0)
-    return c
+def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    """Narrow [lo, hi] (ge_lo visible keys >= lo, `above` > hi, above < k_eff <= ge_lo) by streaming passes over
+    columns [start, end) until the state is terminal or at most CAP keys are inside. A pass counts the keys inside
+    into 2^STREAM_BIN_BITS bins of equal key width 2^shift (the least shift that covers hi - lo; one tl.histogram a
+    chunk) and keeps the bin holding the k_eff-th key: at most ceil(32 / STREAM_BIN_BITS) passes from any interval,
+    against one a bit by halving (the path of rows that tau lets more than CAP keys through or, sampled, misses:
+    docs/perf/h200-topk.md, "Streaming passes by key bins")."""
+    bins = tl.arange(0, _STREAM_BINS)
+    while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
+        # the exponent of hi - lo (>= 1) as a float is at least floor(log2(hi - lo)): (hi - lo) >> shift fits the bins
+        e = ((hi - lo).to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+        shift = tl.maximum(e - (_STREAM_BIN_BITS - 1), 0).to(tl.int64)
+        counts = tl.zeros([_STREAM_BINS], dtype=tl.int32)
+        for off in range(start, end, BLOCK):
+            cols = off + tl.arange(0, BLOCK)
+            visible = cols < end
+            key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible).to(tl.int64)
+            inside = (key >= lo) & (key <= hi)
+            counts += tl.histogram(((key - lo) >> shift).to(tl.int32), _STREAM_BINS, mask=inside)
+        ge = above + tl.cumsum(counts, 0, reverse=True)   # keys >= each bin's least key, non-increasing
+        b = tl.max(tl.where(ge >= k_eff, bins, 0), 0)     # ge[0] == ge_lo >= k_eff
+        ge_b = tl.sum(tl.where(bins == b, ge, 0), 0)
+        above = ge_b - tl.sum(tl.where(bins == b, counts, 0), 0)
+        lo = lo + (b.to(tl.int64) << shift)
+        hi = tl.minimum(hi, lo + ((lo * 0 + 1) << shift) - 1)
+        ge_lo = ge_b
+    return lo, hi, ge_lo, above
 
 
 @triton.jit
@@ -945,12 +966,7 @@ def _topk_long_kernel(
         lo = lo * 0 + 1
         ge_lo = tl.maximum(end, start) - start
     if (ge_lo > CAP) | missed:
-        while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-            mid = lo + ((hi - lo + 1) >> 1)
-            c = _count_ge_stream(row_ptr, start, end, mid.to(tl.uint32), BLOCK)
-            up = c >= k_eff
-            lo, ge_lo = tl.where(up, mid, lo), tl.where(up, c, ge_lo)
-            hi, above = tl.where(up, hi, mid - 1), tl.where(up, above, c)
+        lo, hi, ge_lo, above = _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP, BLOCK)
         direct = (ge_lo - above > CAP).to(tl.int32)
         _split_stream(row_ptr, start, end, lo, hi, above, k_eff, direct, out_row, cand_row, CAP, BLOCK)
     if ge_lo - above <= CAP:

@@ -775,6 +775,77 @@ def test_column_order_long_tie_over_chunks(device):
     assert_exact(_columns(x, case, tiling, device), want, "column-order top-k (a tie over candidate chunks)")
 
 
+@triton.jit
+def _narrow_stream_kernel(x_ptr, state_ptr, out_ptr, width, k, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    """radix_fast._narrow_stream on row r of x from the state (lo, hi, ge_lo, above) at state_ptr[r]; the state it
+    ends in to out_ptr[r]."""
+    row = tl.program_id(0).to(tl.int64)
+    lo = tl.load(state_ptr + row * 4).to(tl.int64)
+    hi = tl.load(state_ptr + row * 4 + 1).to(tl.int64)
+    ge_lo = tl.load(state_ptr + row * 4 + 2).to(tl.int32)
+    above = tl.load(state_ptr + row * 4 + 3).to(tl.int32)
+    lo, hi, ge_lo, above = radix_fast._narrow_stream(x_ptr + row * width, 0, width, lo, hi, ge_lo, above,
+                                                     k.to(tl.int32), CAP, BLOCK)
+    tl.store(out_ptr + row * 4, lo)
+    tl.store(out_ptr + row * 4 + 1, hi)
+    tl.store(out_ptr + row * 4 + 2, ge_lo.to(tl.int64))
+    tl.store(out_ptr + row * 4 + 3, above.to(tl.int64))
+
+
+def _np_keys(x: np.ndarray) -> np.ndarray:
+    """The order keys (int64) of fp32 `x` by the contract: larger values larger keys, -0.0 == +0.0, NaN below
+    -inf at 1."""
+    bits = np.where(x == 0, 0, x.view(np.uint32)).astype(np.int64)
+    key = np.where(bits >= 2**31, bits ^ 0xFFFFFFFF, bits | 2**31)
+    return np.where(np.isnan(x), 1, key)
+
+
+def test_narrow_stream_by_key_bins(device):
+    """The streaming narrowing by key bins ends where the halving did: in a state whose counts are exact (ge_lo
+    keys >= lo, `above` > hi), the k-th key inside [lo, hi], and terminal (ge_lo == k, or lo == hi) or at most CAP
+    keys inside; within ceil(32 / STREAM_BIN_BITS) passes of the bins' width. Rows: N(0, 1), ties straddling the
+    k-th key, adjacent floats (bins of one key), special values (NaN, +-inf, +-0.0, denormals, the largest float),
+    from the whole key range and from the states a missed or a too-low sampled threshold leaves."""
+    width, cap, block = 3000, 64, 256
+    rng = np.random.default_rng(21)
+    normal = rng.standard_normal(width).astype(np.float32)
+    ties = np.where(rng.random(width) < 0.6, np.float32(1.5), normal)
+    adjacent = (np.float32(1.0) + np.arange(width, dtype=np.float32) * np.float32(2.0 ** -23)).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38],
+                       dtype=np.float32)
+    mixed = normal.copy()
+    mixed[rng.choice(width, 900, replace=False)] = rng.choice(special, 900)
+    rows, states, ks = [], [], []
+    for x in (normal, ties, adjacent, mixed, rng.permutation(adjacent)):
+        key = np.sort(_np_keys(x))[::-1]
+        for k in (1, 2, 300, 1800, width - 1):
+            kth = int(key[k - 1])
+            starts = [(1, 2**32 - 1, width, 0)]
+            tau = int(key[min(k + 500, width - 1)])    # below the k-th: more than cap keys >= it
+            starts.append((tau, 2**32 - 1, int((key >= tau).sum()), 0))
+            for tau in {kth + 1, int(key[k // 2])}:       # above the k-th: every key below it
+                if tau > kth and (key >= tau).sum() < k:
+                    starts.append((1, tau - 1, width, int((key >= tau).sum())))
+            for state in starts:
+                assert state[3] < k <= state[2] and state[0] <= kth <= state[1], state
+                rows.append(x)
+                states.append(state)
+                ks.append(k)
+    got = []
+    for x, state, k in zip(rows, states, ks):   # one launch a row: k is a launch argument
+        out = torch.empty(4, dtype=torch.int64, device=device)
+        _narrow_stream_kernel[(1,)](torch.from_numpy(x).to(device), torch.tensor(state, device=device), out, width, k,
+                                    CAP=cap, BLOCK=block)
+        got.append(out.cpu().numpy())
+    for x, state, k, (lo, hi, ge_lo, above) in zip(rows, states, ks, got):
+        key = _np_keys(x)
+        kth = int(np.sort(key)[::-1][k - 1])
+        where = (state, k, (lo, hi, ge_lo, above))
+        assert ge_lo == (key >= lo).sum() and above == (key > hi).sum(), where
+        assert above < k <= ge_lo and lo <= kth <= hi, where
+        assert ge_lo == k or lo == hi or ge_lo - above <= cap, where
+
+
 def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
     """The columns _sample_tau_kernel reads of a row visible in [start, end): SAMPLE_RUN adjacent ones from each of
     samples / SAMPLE_RUN evenly spaced run starts, rounded down to a multiple of SAMPLE_RUN."""
