@@ -802,11 +802,11 @@ def _np_keys(x: np.ndarray) -> np.ndarray:
 
 
 def test_narrow_stream_by_key_bins(device):
-    """The streaming narrowing by key bins ends where the halving did: in a state whose counts are exact (ge_lo
+    """The streaming narrowing by key bins ends in the state the finishes need after it: its counts exact (ge_lo
     keys >= lo, `above` > hi), the k-th key inside [lo, hi], and terminal (ge_lo == k, or lo == hi) or at most CAP
-    keys inside; within ceil(32 / STREAM_BIN_BITS) passes of the bins' width. Rows: N(0, 1), ties straddling the
-    k-th key, adjacent floats (bins of one key), special values (NaN, +-inf, +-0.0, denormals, the largest float),
-    from the whole key range and from the states a missed or a too-low sampled threshold leaves."""
+    keys inside. Rows: N(0, 1), ties straddling the k-th key, adjacent floats (bins of one key), special values (NaN,
+    +-inf, +-0.0, denormals, the largest float), from the whole key range and from the states a missed or a too-low
+    sampled threshold leaves."""
     width, cap, block = 3000, 64, 256
     rng = np.random.default_rng(21)
     normal = rng.standard_normal(width).astype(np.float32)
