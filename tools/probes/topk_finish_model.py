@@ -14,12 +14,16 @@ in all, r = ceil(e + 3.5 sqrt(e) + 8) of them expected at or above the k-th key 
 (r + 8)-th largest key (the kernel stops within SAMPLE_SLACK = 16 above r). The candidates are the row's keys >= tau.
 With one program a row, a launch lasts as long as its slowest row: the largest count matters more than the mean.
 
+With BIN_BITS > 0 (not built in the kernel) the rounds start with one pass counting the candidates into 2^BIN_BITS
+bins of equal key width over [tau, the largest candidate] (the width the least power of two that covers it, as
+radix_fast._narrow_stream's), keeping the bin that holds the k-th key with exact counts; halvings after it.
+
 Rows (k = 2048, W = 131072, ROWS of each, 32 unless given): N(0, 1); ReLU-degenerate ((x - 0.5).clamp_min(0)); N(0,
 1) rounded to fp8 e4m3 (ties at the threshold: both forms end on lo == hi with more keys inside than RANK_CAP); logits
 like the decode step's (sum over 32 heads of w_h relu(q_h . k), bf16 q and k; at most 12 rows). Prints, per kind and
 RANK_CAP (0: rounds to a terminal state), the mean and largest count of rounds and the most keys left inside.
 
-    python3 -m tools.probes.topk_finish_model [ROWS] [SECANT_ROUNDS]
+    python3 -m tools.probes.topk_finish_model [ROWS] [SECANT_ROUNDS] [BIN_BITS]
 """
 import math
 import sys
@@ -53,14 +57,21 @@ def _log_secant(lo: int, hi: int, ge_lo: int, above: int, w_lo: float, w_hi: flo
     return min(max(probe, lo + 1), hi)
 
 
-def rounds(x: np.ndarray, rank_cap: int, secant_rounds: int = 0) -> tuple[int, int]:
+def rounds(x: np.ndarray, rank_cap: int, secant_rounds: int = 0, bin_bits: int = 0) -> tuple[int, int]:
     """(one-probe rounds from [tau, the largest candidate] until the state is terminal or, with rank_cap > 0, at most
-    rank_cap keys are inside; the keys inside then): the log-count secant for the first secant_rounds, halvings
-    after them."""
+    rank_cap keys are inside; the keys inside then): with bin_bits > 0 after one pass of 2^bin_bits key bins, the
+    log-count secant for the first secant_rounds, halvings after them."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     cand = np.sort(key[key >= sample_tau(x)])
     count = lambda probe: len(cand) - int(np.searchsorted(cand, probe, "left"))  # noqa: E731
     lo, hi, ge_lo, above, done = int(cand[0]), int(cand[-1]), len(cand), 0, 0
+    if bin_bits and lo < hi:
+        shift = max((hi - lo).bit_length() - bin_bits, 0)
+        counts = np.bincount((cand.astype(np.int64) - lo) >> shift, minlength=1 << bin_bits)
+        ge = np.cumsum(counts[::-1])[::-1]            # keys >= each bin's least key
+        b = int(np.nonzero(ge >= K)[0].max())
+        lo, hi = lo + (b << shift), min(hi, lo + ((b + 1) << shift) - 1)
+        ge_lo, above = int(ge[b]), int(ge[b] - counts[b])
     w_lo, w_hi, side = 1.0, 1.0, 0
     while ge_lo != K and lo < hi and (rank_cap == 0 or ge_lo - above > rank_cap):
         mid = lo + ((hi - lo + 1) >> 1)
@@ -78,7 +89,7 @@ def rounds(x: np.ndarray, rank_cap: int, secant_rounds: int = 0) -> tuple[int, i
     return done, ge_lo - above
 
 
-def main(rows: int = 32, secant_rounds: int = 0) -> None:
+def main(rows: int = 32, secant_rounds: int = 0, bin_bits: int = 0) -> None:
     g = torch.Generator().manual_seed(1)
     normal = torch.randn(rows, W, generator=g)
     decode = []
@@ -91,10 +102,10 @@ def main(rows: int = 32, secant_rounds: int = 0) -> None:
     for name, kind in kinds.items():
         line = []
         for rank_cap in RANK_CAPS:
-            done, inside = np.array([rounds(x, rank_cap, secant_rounds) for x in kind]).T
+            done, inside = np.array([rounds(x, rank_cap, secant_rounds, bin_bits) for x in kind]).T
             line.append(f"{rank_cap or 'to the end'}: {done.mean():.2f}, {done.max()} (inside <= {inside.max()})")
         print(f"{name:12s}", " | ".join(line), flush=True)
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:4]))
