@@ -165,7 +165,8 @@ class FastTiling(LaunchSettings):
     sweep_late_dependents: bool = False  # the sweep lets the next kernel be scheduled after its stores, not at its
                                          # start, and the column order's finish is launched with PDL
     finish_bin_bits: int = 0         # column order's long finish: 0, or one pass of 2^this key bins on its candidate
-                                     # tile before its rounds (column_order._finish_on_tile); not timed yet
+                                     # tile before its rounds (column_order._finish_on_tile, _finish_ranked); not
+                                     # timed yet
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
@@ -556,9 +557,9 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
 def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.constexpr, BLOCK: tl.constexpr):
     """Narrow [lo, hi] (ge_lo visible keys >= lo, `above` > hi, above < k_eff <= ge_lo) by streaming passes over
     columns [start, end) until the state is terminal or at most CAP keys are inside. A pass counts the keys inside
-    into 2^STREAM_BIN_BITS bins of equal key width 2^shift (the least shift that covers hi - lo; one tl.histogram a
-    chunk) and keeps the bin holding the k_eff-th key: at most ceil(32 / STREAM_BIN_BITS) passes from any interval,
-    against one a bit by halving (the path of rows that tau lets more than CAP keys through or, sampled, misses:
+    into 2^STREAM_BIN_BITS bins of equal key width 2^shift (_bin_shift; one tl.histogram a chunk) and keeps the bin
+    holding the k_eff-th key: at most ceil(32 / (STREAM_BIN_BITS - 1)) passes from any interval, against one a bit by
+    halving (the path of rows that tau lets more than CAP keys through or, sampled, misses:
     docs/perf/h200-topk.md, "Streaming passes by key bins")."""
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
         shift = _bin_shift(lo, hi, _STREAM_BIN_BITS)
@@ -575,7 +576,8 @@ def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.con
 
 @triton.jit
 def _bin_shift(lo, hi, BIN_BITS: tl.constexpr):
-    """The least shift whose 2^BIN_BITS bins of key width 2^shift from lo cover [lo, hi] (lo < hi)."""
+    """A shift whose 2^BIN_BITS bins of key width 2^shift from lo cover [lo, hi] (lo < hi): the least, or one more
+    where hi - lo rounds up to a power of two as a float (then the bins narrow by a bit less)."""
     # the exponent of hi - lo (>= 1) as a float is at least floor(log2(hi - lo)): (hi - lo) >> shift fits the bins
     e = ((hi - lo).to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
     return tl.maximum(e - (BIN_BITS - 1), 0).to(tl.int64)
