@@ -80,7 +80,6 @@ from .radix_fast import (
     _key_value,
     _moments,
     _narrow,
-    _narrow_by_bins,
     _narrow_on_row,
     _narrow_stream,
     _row_range,
@@ -236,32 +235,25 @@ def _all_visible(start, end, k, out_row, K_PAD: tl.constexpr):
 
 
 @triton.jit
-def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, BIN_BITS: tl.constexpr = 0):
+def _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
     """Narrow to a terminal state on a tile holding every key inside [lo, hi] (0 = empty); `above` keys are > hi
-    outside the tile. BIN_BITS > 0 (FastTiling.finish_bin_bits): one pass of 2^BIN_BITS key bins first."""
+    outside the tile."""
     base = above
-    if BIN_BITS > 0:
-        if (ge_lo != k_eff) & (lo < hi):
-            lo, hi, ge_lo, above = _narrow_by_bins(key, lo, hi, ge_lo, above, k_eff, BIN_BITS)
     while (ge_lo != k_eff) & (lo < hi):
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     return lo, hi, ge_lo, above
 
 
 @triton.jit
-def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr,
-                   BIN_BITS: tl.constexpr = 0):
+def _finish_ranked(key, scratch, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr, RANK_CAP: tl.constexpr):
     """_finish_on_tile with its last rounds replaced (FastTiling.finish_rank_cap; on NVIDIA the column order's finish
     after a sweep, fast.COLUMNS_SWEEP_RANK_CAP): one-probe rounds (_narrow) only until at most RANK_CAP keys are
     inside [lo, hi], then those keys compacted to `scratch` (RANK_CAP int32 words the program has read before, if
     ever) and _finish_by_ranks. On the long path's candidates after a sweep a halving finish takes up to 23 rounds
     (N(0, 1) rows of 131072 columns), 8 until 64 keys are inside (`python3 -m tools.probes.topk_finish_model`); the
     rounds are cheap, so ranks gain only at RANK_CAP 64, and lose from 128 (docs/perf/h200-topk.md, "The long
-    finish's last rounds by ranks"). BIN_BITS as _finish_on_tile's."""
+    finish's last rounds by ranks")."""
     base = above
-    if BIN_BITS > 0:
-        if (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
-            lo, hi, ge_lo, above = _narrow_by_bins(key, lo, hi, ge_lo, above, k_eff, BIN_BITS)
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > RANK_CAP):
         lo, hi, ge_lo, above = _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
     if (ge_lo != k_eff) & (lo < hi):
@@ -569,7 +561,6 @@ def _columns_long_kernel(
     SWEEP: tl.constexpr,   # the candidates are _sweep_kernel's (every chunk recorded), not _candidates_kernel's
     SWEEP_BLOCK: tl.constexpr,   # SWEEP: columns a sweep chunk (a candidate's chunk is its column // SWEEP_BLOCK)
     RANK_CAP: tl.constexpr,   # FastTiling.finish_rank_cap: 0, or the candidate tile finished by _finish_ranked
-    BIN_BITS: tl.constexpr,   # FastTiling.finish_bin_bits: 0, or one pass of key bins on the candidate tile first
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -611,10 +602,10 @@ def _columns_long_kernel(
             # no key lies between the largest candidate and hi: `above` stays exact
             hi = tl.maximum(tl.minimum(hi, tl.max(key, 0).to(tl.int64)), lo)
             if RANK_CAP == 0:
-                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS, BIN_BITS)
+                lo, hi, ge_lo, above = _finish_on_tile(key, lo, hi, ge_lo, above, k_eff, PROBE_BITS)
             else:
                 lo, hi, ge_lo, above = _finish_ranked(key, cand_row, lo, hi, ge_lo, above, k_eff, PROBE_BITS,
-                                                      RANK_CAP, BIN_BITS)
+                                                      RANK_CAP)
             _store_chunked(key, cols, chunk, first, count, lo, hi, k_eff - above, out_row, CAP)
         else:   # more than CAP keys reach tau, or fewer than k_eff the sampled threshold: streaming rounds
             lo, hi, ge_lo, above = _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP, BLOCK)
@@ -665,8 +656,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         return
     has_starts = starts is not None
     meta = torch.empty((rows, _META.value), dtype=torch.int32, device=device)
-    finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "BIN_BITS": tiling.finish_bin_bits,
-              "PDL": False,
+    finish = {"BLOCK": tiling.block, "RANK_CAP": tiling.finish_rank_cap, "PDL": False,
               **register_cap(tiling.finish_maxnreg), **common}
     if tiling.sweep_samples:
         if tiling.sweep_late_dependents:   # scheduled once the sweep's programs have stored, not beside them
@@ -839,8 +829,7 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                                              "CHUNKS": triton.next_power_of_2(chunk_w), "GROUPS": 1,
                                              "BLOCK": tiling.block, "SWEEP": True,
                                              "SWEEP_BLOCK": sweep_block(tiling),
-                                             "RANK_CAP": tiling.finish_rank_cap,
-                                             "BIN_BITS": tiling.finish_bin_bits}))
+                                             "RANK_CAP": tiling.finish_rank_cap}))
     gsize = group_size(width, tiling.tile_w)
     chunk_w = triton.cdiv(triton.cdiv(width, gsize), tiling.block // gsize)
     return (
@@ -852,5 +841,4 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                     num_warps=tiling.num_warps, maxnreg=tiling.finish_maxnreg, targets=targets,
                     constexprs=common | {"PDL": False, "CHUNKS": triton.next_power_of_2(chunk_w),
                                          "GROUPS": tiling.block // gsize, "BLOCK": tiling.block, "SWEEP": False,
-                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap,
-                                         "BIN_BITS": tiling.finish_bin_bits}))
+                                         "SWEEP_BLOCK": 1, "RANK_CAP": tiling.finish_rank_cap}))

@@ -164,9 +164,6 @@ class FastTiling(LaunchSettings):
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
     sweep_late_dependents: bool = False  # the sweep lets the next kernel be scheduled after its stores, not at its
                                          # start, and the column order's finish is launched with PDL
-    finish_bin_bits: int = 0         # column order's long finish: 0, or one pass of 2^this key bins on its candidate
-                                     # tile before its rounds (column_order._finish_on_tile, _finish_ranked); not
-                                     # timed yet
 
 
 def fast_tiling(width: int, k: int, pdl: bool = False, rows: int = 0, sms: int = 0,
@@ -557,12 +554,15 @@ def _finish_candidates(cand_ptr, count, lo, hi, ge_lo, above, k_eff, end, out_ro
 def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.constexpr, BLOCK: tl.constexpr):
     """Narrow [lo, hi] (ge_lo visible keys >= lo, `above` > hi, above < k_eff <= ge_lo) by streaming passes over
     columns [start, end) until the state is terminal or at most CAP keys are inside. A pass counts the keys inside
-    into 2^STREAM_BIN_BITS bins of equal key width 2^shift (_bin_shift; one tl.histogram a chunk) and keeps the bin
-    holding the k_eff-th key: at most ceil(32 / (STREAM_BIN_BITS - 1)) passes from any interval, against one a bit by
-    halving (the path of rows that tau lets more than CAP keys through or, sampled, misses:
+    into 2^STREAM_BIN_BITS bins of equal key width 2^shift (the least shift that covers hi - lo; one tl.histogram a
+    chunk) and keeps the bin holding the k_eff-th key: at most ceil(32 / STREAM_BIN_BITS) passes from any interval,
+    against one a bit by halving (the path of rows that tau lets more than CAP keys through or, sampled, misses:
     docs/perf/h200-topk.md, "Streaming passes by key bins")."""
+    bins = tl.arange(0, _STREAM_BINS)
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        shift = _bin_shift(lo, hi, _STREAM_BIN_BITS)
+        # the exponent of hi - lo (>= 1) as a float is at least floor(log2(hi - lo)): (hi - lo) >> shift fits the bins
+        e = ((hi - lo).to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+        shift = tl.maximum(e - (_STREAM_BIN_BITS - 1), 0).to(tl.int64)
         counts = tl.zeros([_STREAM_BINS], dtype=tl.int32)
         for off in range(start, end, BLOCK):
             cols = off + tl.arange(0, BLOCK)
@@ -570,44 +570,14 @@ def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.con
             key = _order_key(tl.load(row_ptr + cols, mask=visible, other=0.0), visible).to(tl.int64)
             inside = (key >= lo) & (key <= hi)
             counts += tl.histogram(((key - lo) >> shift).to(tl.int32), _STREAM_BINS, mask=inside)
-        lo, hi, ge_lo, above = _keep_bin(counts, lo, hi, above, k_eff, shift)
+        ge = above + tl.cumsum(counts, 0, reverse=True)   # keys >= each bin's least key, non-increasing
+        b = tl.max(tl.where(ge >= k_eff, bins, 0), 0)     # ge[0] == ge_lo >= k_eff
+        ge_b = tl.sum(tl.where(bins == b, ge, 0), 0)
+        above = ge_b - tl.sum(tl.where(bins == b, counts, 0), 0)
+        lo = lo + (b.to(tl.int64) << shift)
+        hi = tl.minimum(hi, lo + ((lo * 0 + 1) << shift) - 1)
+        ge_lo = ge_b
     return lo, hi, ge_lo, above
-
-
-@triton.jit
-def _bin_shift(lo, hi, BIN_BITS: tl.constexpr):
-    """A shift whose 2^BIN_BITS bins of key width 2^shift from lo cover [lo, hi] (lo < hi): the least, or one more
-    where hi - lo rounds up to a power of two as a float (then the bins narrow by a bit less)."""
-    # the exponent of hi - lo (>= 1) as a float is at least floor(log2(hi - lo)): (hi - lo) >> shift fits the bins
-    e = ((hi - lo).to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
-    return tl.maximum(e - (BIN_BITS - 1), 0).to(tl.int64)
-
-
-@triton.jit
-def _keep_bin(counts, lo, hi, above, k_eff, shift):
-    """The state narrowed to the key bin holding the k_eff-th key: `counts` int32 [bins], the exact counts of the
-    keys inside [lo, hi] in bins of key width 2^shift from lo (_bin_shift), `above` the keys > hi, above < k_eff
-    <= above + every count."""
-    bins = tl.arange(0, counts.shape[0])
-    ge = above + tl.cumsum(counts, 0, reverse=True)   # keys >= each bin's least key, non-increasing
-    b = tl.max(tl.where(ge >= k_eff, bins, 0), 0)     # ge[0] == ge_lo >= k_eff
-    ge_b = tl.sum(tl.where(bins == b, ge, 0), 0)
-    above = ge_b - tl.sum(tl.where(bins == b, counts, 0), 0)
-    lo = lo + (b.to(tl.int64) << shift)
-    hi = tl.minimum(hi, lo + ((lo * 0 + 1) << shift) - 1)
-    return lo, hi, ge_b, above
-
-
-@triton.jit
-def _narrow_by_bins(key, lo, hi, ge_lo, above, k_eff, BIN_BITS: tl.constexpr):
-    """_narrow_stream's pass on a tile: `key` uint32 holding every key inside [lo, hi] (0 = empty), the state not
-    terminal (lo < hi, above < k_eff < ge_lo); the state narrowed to the one of 2^BIN_BITS key bins that holds the
-    k_eff-th key."""
-    shift = _bin_shift(lo, hi, BIN_BITS)
-    k64 = key.to(tl.int64)
-    inside = (k64 >= lo) & (k64 <= hi)
-    counts = tl.histogram(((k64 - lo) >> shift).to(tl.int32), 1 << BIN_BITS, mask=inside)
-    return _keep_bin(counts, lo, hi, above, k_eff, shift)
 
 
 @triton.jit

@@ -602,12 +602,7 @@ COLUMN_TILINGS = {name: TILINGS[name] for name in ("launcher", "row_tiny_cap", "
     # after the sweep as NVIDIA launches it, scheduled after the sweep's stores (with PDL on a GPU that has it)
     "long_sweep_ranks": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
                                    sweep_late_dependents=True),
-    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32),
-    # the long finish's candidate tile narrowed by one pass of key bins first: before ranks after a sweep, before
-    # rounds to the end after group maxima
-    "long_sweep_bins": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, finish_rank_cap=16,
-                                  finish_bin_bits=3, sweep_late_dependents=True),
-    "long_bins": FastTiling(tile_w=128, cap=128, block=256, finish_bin_bits=8)}
+    "long_ranks": FastTiling(tile_w=128, cap=128, block=256, finish_rank_cap=32)}
 
 
 def _run(launch, x: np.ndarray, case: Case, tiling: FastTiling | None, device) -> np.ndarray:

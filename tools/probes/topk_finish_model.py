@@ -14,10 +14,10 @@ in all, r = ceil(e + 3.5 sqrt(e) + 8) of them expected at or above the k-th key 
 (r + 8)-th largest key (the kernel stops within SAMPLE_SLACK = 16 above r). The candidates are the row's keys >= tau.
 With one program a row, a launch lasts as long as its slowest row: the largest count matters more than the mean.
 
-With BIN_BITS > 0 (the kernel's FastTiling.finish_bin_bits, not timed) the rounds start with one pass counting the
-candidates into 2^BIN_BITS bins of equal key width over [tau, the largest candidate] (the width the least power of
-two that covers it; radix_fast._bin_shift's may be twice that), keeping the bin that holds the k-th key with exact
-counts; halvings after it.
+With BIN_BITS > 0 (a lever built and timed, not shipped: docs/perf/h200-topk.md, "Key bins for the long finish's
+rounds on its candidates") the rounds start with one pass counting the candidates into 2^BIN_BITS bins of equal key
+width over [tau, the largest candidate] (the width the least power of two that covers it, as
+radix_fast._narrow_stream's), keeping the bin that holds the k-th key with exact counts; halvings after it.
 
 Rows (k = 2048, W = 131072, ROWS of each, 32 unless given): N(0, 1); ReLU-degenerate ((x - 0.5).clamp_min(0)); N(0,
 1) rounded to fp8 e4m3 (ties at the threshold: both forms end on lo == hi with more keys inside than RANK_CAP); logits
