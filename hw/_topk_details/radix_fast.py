@@ -560,8 +560,9 @@ def _narrow_stream(row_ptr, start, end, lo, hi, ge_lo, above, k_eff, CAP: tl.con
     docs/perf/h200-topk.md, "Streaming passes by key bins")."""
     bins = tl.arange(0, _STREAM_BINS)
     while (ge_lo != k_eff) & (lo < hi) & (ge_lo - above > CAP):
-        # the exponent of hi - lo (>= 1) as a float is at least floor(log2(hi - lo)): (hi - lo) >> shift fits the bins
-        e = ((hi - lo).to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+        # hi - lo (1 .. 2^32 - 1) is exact as a float64, whose exponent is then floor(log2(hi - lo)) (a float32's
+        # rounds up just below a power of two, a bit a pass lost)
+        e = ((hi - lo).to(tl.float64).to(tl.int64, bitcast=True) >> 52) - 1023
         shift = tl.maximum(e - (_STREAM_BIN_BITS - 1), 0).to(tl.int64)
         counts = tl.zeros([_STREAM_BINS], dtype=tl.int32)
         for off in range(start, end, BLOCK):
