@@ -95,9 +95,8 @@ def _ceilings(inner: int, replays: int) -> dict:
     import torch
 
     out = copy_GBps(inner, replays)
-    # the start clock after the copy's load (past the idle ramp) and before the matmul: read right after the matmul
-    # it was 1472-1766 MHz of 1980 in the H100 and H200 runs of docs/perf/*bench*.json, which ended at 1934-1958, and
-    # tripped the throttle warning on a card that was not throttled
+    # the start clock after the copy's load (past the idle ramp) and before the matmul, which leaves it low for tens
+    # of ms (docs/perf/h200-bench.md, "The checks beside the benchmarks")
     start_MHz = sm_clock_MHz()
     out |= {"bf16_TFLOPs": _bf16_TFLOPs(replays)}
     torch.cuda.empty_cache()   # the operands are gone with the helpers' frames
