@@ -125,7 +125,10 @@ _COMPOSITE_MAX = Constant(2 ** 63 - 1)   # above every composite: the top segmen
 _TAU_SLACK_DIV = Constant(TAU_SLACK_DIV)
 _RANK_BITS = Constant(16)          # two exclusive ranks < 2^16 share one cumsum
 _RANK_MASK = Constant(0xFFFF)
-_META = Constant(4)                # per-row int32 words of the long path: tau, qualifying groups, candidates
+#: per-row int32 words of the long path (tau, qualifying groups, the candidates' counter), padded to 32 bytes: each
+#: row's counter in an L2 sector of its own, where the atomic adds of a row's candidate programs land (two rows to a
+#: sector were slower: docs/perf/h200-topk.md, "Per-warp slots (lost); a sector a row's counter")
+_META = Constant(8)
 _META_TAU = Constant(0)
 _META_GROUPS = Constant(1)
 _META_COUNT = Constant(2)

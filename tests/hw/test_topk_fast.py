@@ -862,7 +862,7 @@ def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarra
     """The sweep's threshold keys (uint32) of the rows of `x`, from _sample_tau_kernel itself."""
     rows, width = x.shape
     as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
-    meta = torch.empty((rows, 4), dtype=torch.int32, device=device)
+    meta = torch.empty((rows, radix_fast._META.value), dtype=torch.int32, device=device)
     column_order._sample_tau_kernel[(rows,)](
         torch.from_numpy(x).to(device), as_i32(ends if starts is None else starts), as_i32(ends), meta, width, width,
         k, HAS_STARTS=starts is not None, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
