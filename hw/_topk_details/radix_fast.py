@@ -127,7 +127,7 @@ _RANK_BITS = Constant(16)          # two exclusive ranks < 2^16 share one cumsum
 _RANK_MASK = Constant(0xFFFF)
 #: per-row int32 words of the long path (tau, qualifying groups, the candidates' counter), padded to 32 bytes: each
 #: row's counter in an L2 sector of its own, where the atomic adds of a row's candidate programs land (two rows to a
-#: sector were slower: docs/perf/h200-topk.md, "Per-warp slots (lost); a sector a row's counter")
+#: sector were slower: docs/perf/h200-topk.md, "Per-warp slots into regions (lost); a sector for each row's counter")
 _META = Constant(8)
 _META_TAU = Constant(0)
 _META_GROUPS = Constant(1)
