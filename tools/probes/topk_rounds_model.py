@@ -15,6 +15,10 @@ the largest count of the rounds of seven probes on the candidate tile that follo
 from the state the row's rounds end in; none for tau).
 
     python3 -m tools.probes.topk_rounds_model [ROWS]
+
+`sample [ROWS]` instead models the long path's sample kernel (8192 sampled keys of rows of 131072 columns, k =
+2048) with secant steps on the counts and on their normal quantiles (FastTiling.sample_probit), ROWS N(0, 1) rows
+(256 unless given) and a quarter as many decode-like ones.
 """
 import math
 import sys
@@ -56,19 +60,21 @@ def tile_rounds(count, lo: int, hi: int, ge_lo: int) -> int:
     return done
 
 
-def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = ()) -> tuple[int, int]:
-    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible), and then tile_rounds (0 with
-    slack); with `guess` and `offsets` the first round probes those numbers of keys of the fit from the quantile
-    (ascending)."""
+def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = (), k: int = K,
+           probit: bool = False) -> tuple[int, int]:
+    """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible) toward k_eff = k, and then
+    tile_rounds (0 with slack); with `guess` and `offsets` the first round probes those numbers of keys of the fit
+    from the quantile (ascending); with `probit` the secant steps interpolate the counts' normal quantiles (_probe's
+    PROBIT) instead of the counts."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
     n = len(key)
     lo, hi, ge_lo, above = int(ordered[0]), int(ordered[-1]), n, 0
     check, w_lo, w_hi, side, done = int(lo == SIGN_BIT), 1.0, 1.0, 0, 0
-    target = K + 0.5 * slack if slack else K - 0.5
+    target = k + 0.5 * slack if slack else k - 0.5
     first = 0
-    narrowing = lambda: ge_lo != K and lo < hi and (ge_lo > K + slack if slack else ge_lo - above > CAP)  # noqa: E731
+    narrowing = lambda: ge_lo != k and lo < hi and (ge_lo > k + slack if slack else ge_lo - above > CAP)  # noqa: E731
     if guess and not check:
         mean, std = float(x.mean()), float(x.std())
         z = normal_quantile(target / n)
@@ -78,7 +84,7 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
             step = math.sqrt(2 * math.pi) * std * math.exp(0.5 * z * z) / n
             probes = [min(max(key_of(value + o * step), lo + 1), hi) for o in offsets]
             counts = [count(p) for p in probes]
-            reached = [i for i, c in enumerate(counts) if c >= K]   # counts fall as the probes rise
+            reached = [i for i, c in enumerate(counts) if c >= k]   # counts fall as the probes rise
             if reached:
                 i = reached[-1]
                 lo, ge_lo = probes[i], counts[i]
@@ -95,12 +101,16 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
             mid = first
         else:
             a, b = float(val(np.int64(lo))), float(val(np.int64(hi)))
-            f_lo, f_hi = (ge_lo - target) * w_lo, (target - above) * w_hi
-            t = f_lo / (f_lo + f_hi)
-            finite = math.isfinite(a) and math.isfinite(b)
+            if probit:   # the kernel's counts kept within [1/2, n - 1/2]
+                z = lambda c: normal_quantile(min(max(c, 0.5), n - 0.5) / n)  # noqa: E731
+                f_lo, f_hi = (z(target) - z(ge_lo)) * w_lo, (z(above) - z(target)) * w_hi
+            else:
+                f_lo, f_hi = (ge_lo - target) * w_lo, (target - above) * w_hi
+            t = f_lo / (f_lo + f_hi) if f_lo + f_hi > 0 else math.nan
+            finite = math.isfinite(a) and math.isfinite(b) and 0.0 <= t <= 1.0
             mid = min(max(key_of(a * (1 - t) + b * t), lo + 1), hi) if secant and finite else lo + ((hi - lo + 1) >> 1)
         c = count(mid)
-        up = c >= K
+        up = c >= k
         check = int(not check and lo == SIGN_BIT and not up and c == above)
         kept = -1 if up else 1
         if secant and kept != side:
@@ -143,5 +153,34 @@ def main(rows: int = 24) -> None:
         print(f"{name:28s}", " | ".join(line))
 
 
+def sample_main(rows: int = 256) -> None:
+    """The sample kernel's rounds (column_order._sample_tau_kernel: SAMPLES keys in runs of 8 spread over rows of
+    WIDTH columns, narrowed until r to r + SAMPLE_SLACK of them reach the threshold) with secant steps on the counts
+    and on their normal quantiles: per kind of row the mean, the largest and the count of rows by rounds, and the
+    largest of each 64 rows (one launch lasts as long as its slowest row)."""
+    width, samples, run, sample_slack = 131072, 8192, 8, 16
+    expected = K * samples / width
+    r = math.ceil(expected + 3.5 * math.sqrt(expected) + 8.0)   # column_order's margin
+    first = (np.arange(samples // run) * width // (samples // run)) // run * run
+    cols = (first[:, None] + np.arange(run)[None, :]).ravel()
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(width, 128, generator=g).to(torch.bfloat16).float()
+    decode = lambda: torch.einsum(  # noqa: E731
+        "h,hw->w", torch.randn(32, generator=g),
+        torch.relu(torch.randn(32, 128, generator=g).to(torch.bfloat16).float() @ k.T)).numpy()
+    kinds = {"N(0,1)": lambda: torch.randn(width, generator=g).numpy(), "decode-like": decode}
+    for name, make in kinds.items():
+        xs = [make()[cols] for _ in range(rows if name == "N(0,1)" else max(rows // 4, 1))]
+        for probit in (False, True):
+            counts = np.array([rounds(x, True, sample_slack, k=r, probit=probit)[0] for x in xs])
+            launches = [int(counts[i:i + 64].max()) for i in range(0, len(counts), 64)]
+            print(f"sample, {name} x {width} ({len(xs)} rows), secant on the {'quantiles' if probit else 'counts'}: "
+                  f"mean {counts.mean():.2f}, largest {counts.max()}, rows by rounds {np.bincount(counts).tolist()}, "
+                  f"largest of each 64 {launches}")
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    if sys.argv[1:2] == ["sample"]:
+        sample_main(*(int(a) for a in sys.argv[2:3]))
+    else:
+        main(*(int(a) for a in sys.argv[1:2]))
