@@ -439,7 +439,6 @@ def _sample_tau_kernel(
     SLACK: tl.constexpr,
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
-    PROBIT: tl.constexpr,  # FastTiling.sample_probit
     PDL: tl.constexpr,
 ):
     """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
@@ -464,7 +463,7 @@ def _sample_tau_kernel(
     t = start * 0 + 1
     if (n > k) & (m > r + SLACK):
         total, squares = _moments(tl.where(visible, _key_value(key), 0.0), False)
-        lo, _, _, _ = _narrow_on_row(key, visible, m, r, total, squares, CAP, SECANT_ROUNDS, SLACK, 0, False, PROBIT)
+        lo, _, _, _ = _narrow_on_row(key, visible, m, r, total, squares, CAP, SECANT_ROUNDS, SLACK, 0, False)
         t = lo.to(tl.int32)
     meta_row = meta_ptr + row * _META
     tl.store(meta_row + _META_TAU, t)
@@ -709,7 +708,7 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PROBIT=tiling.sample_probit, num_warps=sample_warps(tiling), **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
@@ -788,7 +787,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
-                                "PROBIT": tiling.sample_probit, "PDL": tiling.pdl}),
+                                "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
                     scratch_ok="" if tiling.sweep_maxnreg is None else SWEEP_STACK, aligned=(*_SWEEP_TYPES, *ints),

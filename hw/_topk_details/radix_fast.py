@@ -162,7 +162,6 @@ class FastTiling(LaunchSettings):
     sweep_block: int = 0             # columns a sweep program (a chunk of the candidates); 0: block
     sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
     sample_warps: int = 0            # of the sweep's sample kernel; 0: num_warps
-    sample_probit: bool = False      # the sample kernel's secant steps on the counts' normal quantiles (_probe)
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
     finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
@@ -309,28 +308,18 @@ def _narrow(key, base, lo, hi, ge_lo, above, k_eff, PROBE_BITS: tl.constexpr):
 
 
 @triton.jit
-def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, n, PROBIT: tl.constexpr):
+def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
     """The next round's probe in [lo + 1, hi]: with `secant`, where the counts would reach `target` (fp32, strictly
     between above and ge_lo) if they fell linearly in value between the two ends (count ge_lo at lo, above at hi),
-    their weights w_lo and w_hi applied; else, or when an end is not a finite number, the middle of the interval.
-    PROBIT: linearly in value are the counts' normal quantiles instead (_normal_z of count / n, the counts kept
-    within [1/2, n - 1/2] of n keys): the tail of a bell-shaped row, where linear counts overshoot."""
+    their weights w_lo and w_hi applied; else, or when an end is not a finite number, the middle of the interval."""
     a = _key_value(lo.to(tl.uint32))
     b = _key_value(hi.to(tl.uint32))
-    numbers = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX)
-    if PROBIT:
-        m = n.to(tl.float32)
-        z_target = _normal_z(target / m)
-        f_lo = (z_target - _normal_z(tl.minimum(tl.maximum(ge_lo.to(tl.float32), 0.5), m - 0.5) / m)) * w_lo
-        f_hi = (_normal_z(tl.minimum(tl.maximum(above.to(tl.float32), 0.5), m - 0.5) / m) - z_target) * w_hi
-        t = f_lo / (f_lo + f_hi)
-        numbers &= (t >= 0.0) & (t <= 1.0)   # not NaN: ends whose quantiles meet
-    else:
-        f_lo = (ge_lo.to(tl.float32) - target) * w_lo
-        f_hi = (target - above.to(tl.float32)) * w_hi
-        t = f_lo / (f_lo + f_hi)
+    f_lo = (ge_lo.to(tl.float32) - target) * w_lo
+    f_hi = (target - above.to(tl.float32)) * w_hi
+    t = f_lo / (f_lo + f_hi)
     value = a * (1.0 - t) + b * t                             # no overflow between -FLT_MAX and FLT_MAX
     at = _order_key(value, True).to(tl.int64)
+    numbers = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX)
     return tl.where(secant & numbers, tl.minimum(tl.maximum(at, lo + 1), hi), lo + ((hi - lo + 1) >> 1))
 
 
@@ -375,14 +364,6 @@ def _moments(v, JOINED: tl.constexpr):
 
 
 @triton.jit
-def _normal_z(tail):
-    """z with P(N(0, 1) > z) = tail (fp32, 0 < tail < 1), by Abramowitz and Stegun 26.2.23 (within 4.5e-4)."""
-    t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
-    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
-    return tl.where(tail < 0.5, z, -z)
-
-
-@triton.jit
 def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
     """Probes (a, b), lo + 1 <= a <= b <= hi: where the count of n values would reach `target` (fp32) if they were
     normal with the mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by
@@ -394,8 +375,9 @@ def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
     mean = total / m
     std = tl.sqrt(tl.maximum(squares / m - mean * mean, 0.0))
     tail = target / m
-    z = _normal_z(tail)
-    value = mean + z * std
+    t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
+    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    value = mean + tl.where(tail < 0.5, z, -z) * std
     # SPREAD keys of the fit span SPREAD / (n pdf(z) / std) in value; 2.5066283 = sqrt(2 pi)
     half = SPREAD * 2.5066283 * std * tl.exp(0.5 * z * z) / m
     a = _order_key(value - half, True).to(tl.int64)
@@ -422,7 +404,7 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
-                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr, PROBIT: tl.constexpr = False):
+                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`, which may be None with JOINED; n
     visible, k_eff >= 1; their values' _moments total and squares) until the state is terminal or at most CAP keys
     are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns
@@ -435,12 +417,11 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     (_bracket_round; SPREAD > 0 only without SLACK). On bell-shaped rows, the decode step's logits among them, the
     quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys on either side
     most of the rest (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's
-    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round; with PROBIT on
-    their normal quantiles, _probe), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any row.
-    When the least key is 0.0's the first probe is the next key up, and so is the probe after a round that went down
-    from lo = the key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key
-    left inside is 0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the
-    k-th place).
+    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the
+    key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
+    key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above its
+    probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
+    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place).
 
     JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of the keys and of
     the visible keys' complements, tl.join; with `visible` None, of the keys' negations, which needs no select) instead
@@ -482,7 +463,7 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
         rounds += 1
     while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
         secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant, n, PROBIT))
+        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
         lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
                                                                       w_hi, side, secant, check)
         rounds += 1

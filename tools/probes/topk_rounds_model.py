@@ -17,8 +17,8 @@ from the state the row's rounds end in; none for tau).
     python3 -m tools.probes.topk_rounds_model [ROWS]
 
 `sample [ROWS]` instead models the long path's sample kernel (8192 sampled keys of rows of 131072 columns, k =
-2048) with secant steps on the counts and on their normal quantiles (FastTiling.sample_probit), ROWS N(0, 1) rows
-(256 unless given) and a quarter as many decode-like ones.
+2048) with secant steps on the counts (the kernel's) and on their normal quantiles (built and timed in d6c2ab9:
+lost, docs/perf/h200-topk.md), ROWS N(0, 1) rows (256 unless given) and a quarter as many decode-like ones.
 """
 import math
 import sys
@@ -64,8 +64,8 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
            probit: bool = False) -> tuple[int, int]:
     """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible) toward k_eff = k, and then
     tile_rounds (0 with slack); with `guess` and `offsets` the first round probes those numbers of keys of the fit
-    from the quantile (ascending); with `probit` the secant steps interpolate the counts' normal quantiles (_probe's
-    PROBIT) instead of the counts."""
+    from the quantile (ascending); with `probit` the secant steps interpolate the counts' normal quantiles instead
+    of the counts (not the kernels': see `sample` in the module docstring)."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
