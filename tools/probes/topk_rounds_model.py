@@ -26,7 +26,6 @@ import sys
 import numpy as np
 import torch
 
-from hw._topk_details import column_order
 from tools.probes.topk_buckets_model import keys, val
 
 K, CAP, SLACK, SECANT_ROUNDS = 2048, 128, 256, 8
@@ -155,14 +154,14 @@ def main(rows: int = 24) -> None:
 
 
 def sample_main(rows: int = 256) -> None:
-    """The sample kernel's rounds (column_order._sample_tau_kernel: 8192 keys in runs of SAMPLE_RUN spread over rows
-    of 131072 columns, narrowed until r to r + SAMPLE_SLACK of them reach the threshold) with secant steps on the
+    """The sample kernel's rounds (column_order._sample_tau_kernel: 8192 keys in runs of 8 spread over rows of
+    131072 columns, narrowed until r to r + 16 of them reach the threshold) with secant steps on the
     counts and on their normal quantiles: per kind of row the mean, the largest and the count of rows by rounds, and
     the largest of each 64 rows (one launch lasts as long as its slowest row)."""
-    width, samples, run = 131072, 8192, column_order.SAMPLE_RUN
+    width, samples = 131072, 8192
+    run, slack, sigmas, extra = 8, 16, 3.5, 8.0   # column_order's SAMPLE_RUN, SAMPLE_SLACK and margin
     expected = K * samples / width
-    r = math.ceil(expected + column_order._SAMPLE_SIGMAS.value * math.sqrt(expected)
-                  + column_order._SAMPLE_EXTRA.value)
+    r = math.ceil(expected + sigmas * math.sqrt(expected) + extra)
     first = (np.arange(samples // run) * width // (samples // run)) // run * run
     cols = (first[:, None] + np.arange(run)[None, :]).ravel()
     g = torch.Generator().manual_seed(1)
@@ -174,7 +173,7 @@ def sample_main(rows: int = 256) -> None:
     for name, make in kinds.items():
         xs = [make()[cols] for _ in range(rows if name == "N(0,1)" else max(rows // 4, 1))]
         for probit in (False, True):
-            counts = np.array([rounds(x, True, column_order.SAMPLE_SLACK, k=r, probit=probit)[0] for x in xs])
+            counts = np.array([rounds(x, True, slack, k=r, probit=probit)[0] for x in xs])
             launches = [int(counts[i:i + 64].max()) for i in range(0, len(counts), 64)]
             print(f"sample, {name} x {width} ({len(xs)} rows), secant on the {'quantiles' if probit else 'counts'}: "
                   f"mean {counts.mean():.2f}, largest {counts.max()}, rows by rounds {np.bincount(counts).tolist()}, "
