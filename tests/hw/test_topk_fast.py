@@ -871,6 +871,11 @@ def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarra
     return meta[:, 0].cpu().numpy().view(np.uint32)
 
 
+def _threshold_values(key: np.ndarray) -> np.ndarray:
+    """The fp32 values of the order keys `key` (uint32, _sampled_threshold's): the inverse of the order key."""
+    return np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32).view(np.float32)
+
+
 def test_sample_threshold_in_its_window(device):
     """_sample_tau_kernel's threshold has between r and r + SAMPLE_SLACK of the sampled keys at or above it (r: the
     sample's expected count at the k-th key plus its margin): on bell-shaped, uniform, decode-like (sums of ReLU'd
@@ -884,8 +889,7 @@ def test_sample_threshold_in_its_window(device):
     x[4, rng.choice(width, 40, replace=False)] = np.inf
     x[5, rng.choice(width, 40, replace=False)] = -np.inf
     ends = np.full(6, width)
-    key = _sampled_threshold(x, None, ends, k, samples, 4096, device)
-    threshold = np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32).view(np.float32)
+    threshold = _threshold_values(_sampled_threshold(x, None, ends, k, samples, 4096, device))
     expected = k * samples / width
     r = math.ceil(expected + column_order._SAMPLE_SIGMAS.value * math.sqrt(expected)
                   + column_order._SAMPLE_EXTRA.value)
@@ -905,8 +909,7 @@ def test_sweep_threshold_above_the_kth_key(device):
     for r in range(2):
         x[r, _sampled_columns(starts[r], ends[r], samples)] += 10.0
     key = _sampled_threshold(x, starts, ends, k, samples, 128, device)
-    bits = np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32)
-    threshold = bits.view(np.float32)
+    threshold = _threshold_values(key)
     for r in range(2):
         assert 0 < (x[r, starts[r]:ends[r]] >= threshold[r]).sum() < k, (r, threshold[r])
     case = Case("sampled_largest", width, k, tuple(ends.tolist()), starts=tuple(starts.tolist()))
