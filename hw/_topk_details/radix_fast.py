@@ -117,6 +117,10 @@ _STREAM_BINS = Constant(1 << STREAM_BIN_BITS)
 _FINE = Constant(FINE_BUCKETS)
 _SIGN_BIT = Constant(0x80000000)
 _FLT_MAX = Constant(3.4028234663852886e38)
+#: _normal_guess's SHAPE: the skewness and excess kurtosis its expansion takes at most (beyond them, on heavy-tailed
+#: rows, the expansion's correction outgrows the quantile it corrects)
+_FIT_SKEW_MAX = Constant(3.0)
+_FIT_KURTOSIS_MAX = Constant(12.0)
 _KEY_MAP_SPAN = Constant(KEY_MAP_BINADES << 23)   # keys of one sign: 2^23 per binade
 _COUNTERS = Constant(FINE_BUCKETS + 32)           # the count scratch's word of _count_sort's first counter
 _COUNTER_STRIDE = Constant(COUNTER_STRIDE)
@@ -162,6 +166,10 @@ class FastTiling(LaunchSettings):
     sweep_block: int = 0             # columns a sweep program (a chunk of the candidates); 0: block
     sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
     sample_warps: int = 0            # of the sweep's sample kernel; 0: num_warps
+    sample_probit: bool = False      # the sample kernel's secant steps on the counts' normal quantiles
+    row_probit: bool = False         # the same for the column order's on-chip row kernel
+    fit_shape: bool = False          # the first probe of the sample and of the column order's row kernel from a fit
+                                     # with the values' skewness and kurtosis (_normal_guess's SHAPE)
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
     finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
@@ -324,6 +332,29 @@ def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
 
 
 @triton.jit
+def _count_z(count, m):
+    """_normal_z of a count of m keys as a share, the count kept within [1/2, m - 1/2] (fp32 m)."""
+    return _normal_z(tl.minimum(tl.maximum(count.to(tl.float32), 0.5), m - 0.5) / m)
+
+
+@triton.jit
+def _probit_probe(lo, hi, z_lo, z_hi, z_target, w_lo, w_hi):
+    """_probe's secant step with the counts' normal quantiles (_count_z: z_lo at lo, z_hi at hi, z_target the
+    target's) in place of the counts: nearly linear in value in the tail of a bell-shaped row, where the counts fall
+    exponentially and a step on them overshoots; the middle of the interval when an end or the step is not a
+    number."""
+    a = _key_value(lo.to(tl.uint32))
+    b = _key_value(hi.to(tl.uint32))
+    f_lo = (z_target - z_lo) * w_lo
+    f_hi = (z_hi - z_target) * w_hi
+    t = f_lo / (f_lo + f_hi)
+    value = a * (1.0 - t) + b * t
+    at = _order_key(value, True).to(tl.int64)
+    ok = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX) & (t >= 0.0) & (t <= 1.0)   # t NaN: quantiles that meet
+    return tl.where(ok, tl.minimum(tl.maximum(at, lo + 1), hi), lo + ((hi - lo + 1) >> 1))
+
+
+@triton.jit
 def _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo, w_hi, side, secant, check):
     """One round of one probe, `mid` in [lo + 1, hi], on a tile holding every key (0 = empty); returns the new (lo,
     hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1 lo, -1 hi, 0 none;
@@ -353,33 +384,77 @@ def _sums(a, squares_a, b, squares_b):
 
 
 @triton.jit
-def _moments(v, JOINED: tl.constexpr):
-    """(sum, sum of squares) of the fp32 tile `v` (0.0 where the fit is not to see a value), in one reduction:
-    _normal_guess's fit of a row. JOINED: as the built-in sum of a two-column tile (tl.join), else a reduction of two
-    operands (_narrow_on_row's JOINED says where each is faster)."""
-    if JOINED:
-        return tl.split(tl.sum(tl.join(v, v * v), 0))
-    else:
-        return tl.reduce((v, v * v), 0, _sums)
+def _sums4(a, b, c, d, a2, b2, c2, d2):
+    return a + a2, b + b2, c + c2, d + d2
 
 
 @triton.jit
-def _normal_guess(lo, hi, total, squares, n, target, SPREAD: tl.constexpr):
+def _moments(v, JOINED: tl.constexpr, SHAPE: tl.constexpr = False):
+    """(sum, sum of squares, of cubes, of fourth powers) of the fp32 tile `v` (0.0 where the fit is not to see a
+    value), in one reduction: _normal_guess's fit of a row; the last two 0.0 unless SHAPE. JOINED: as the built-in
+    sum of a tile of two (SHAPE: four) columns (tl.join), else a reduction of as many operands (_narrow_on_row's
+    JOINED says where each is faster)."""
+    v2 = v * v
+    if SHAPE:
+        if JOINED:
+            low, high = tl.split(tl.sum(tl.join(tl.join(v, v2), tl.join(v * v2, v2 * v2)), 0))
+            total, squares = tl.split(low)
+            cubes, fourths = tl.split(high)
+        else:
+            total, squares, cubes, fourths = tl.reduce((v, v2, v * v2, v2 * v2), 0, _sums4)
+    else:
+        if JOINED:
+            total, squares = tl.split(tl.sum(tl.join(v, v2), 0))
+        else:
+            total, squares = tl.reduce((v, v2), 0, _sums)
+        cubes = total * 0.0
+        fourths = cubes
+    return total, squares, cubes, fourths
+
+
+@triton.jit
+def _normal_z(tail):
+    """z with P(N(0, 1) > z) = tail (fp32, 0 < tail < 1), by Abramowitz and Stegun 26.2.23 (within 4.5e-4)."""
+    t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
+    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
+    return tl.where(tail < 0.5, z, -z)
+
+
+@triton.jit
+def _normal_guess(lo, hi, total, squares, cubes, fourths, n, target, SPREAD: tl.constexpr, SHAPE: tl.constexpr):
     """Probes (a, b), lo + 1 <= a <= b <= hi: where the count of n values would reach `target` (fp32) if they were
     normal with the mean and variance of their sum `total` and sum of squares `squares` (_moments), the quantile by
     Abramowitz and Stegun 26.2.23 (within 4.5e-4), and SPREAD keys of that fit below and above it: the quantile's
-    value minus / plus SPREAD over the fit's density there (a == b, the quantile, when SPREAD is 0). (0, 0), no
-    guess, when the quantile is not a finite number (a NaN or an infinity among the values) or target is not
-    strictly between 0 and n. Only the rounds' count depends on it, never a result."""
+    value minus / plus SPREAD over the fit's density there (a == b, the quantile, when SPREAD is 0). SHAPE: the
+    quantile and the density corrected for the values' skewness and excess kurtosis (from `cubes` and `fourths`,
+    each clamped) by the Cornish-Fisher expansion to its second order; the normal's where that is not a number.
+    (0, 0), no guess, when the quantile is not a finite number (a NaN or an infinity among the values) or target is
+    not strictly between 0 and n. Only the rounds' count depends on it, never a result."""
     m = n.to(tl.float32)
     mean = total / m
-    std = tl.sqrt(tl.maximum(squares / m - mean * mean, 0.0))
+    var = tl.maximum(squares / m - mean * mean, 0.0)
+    std = tl.sqrt(var)
     tail = target / m
-    t = tl.sqrt(-2.0 * tl.log(tl.minimum(tail, 1.0 - tail)))
-    z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)))
-    value = mean + tl.where(tail < 0.5, z, -z) * std
-    # SPREAD keys of the fit span SPREAD / (n pdf(z) / std) in value; 2.5066283 = sqrt(2 pi)
-    half = SPREAD * 2.5066283 * std * tl.exp(0.5 * z * z) / m
+    z = _normal_z(tail)
+    if SHAPE:
+        m2 = squares / m
+        m3 = cubes / m
+        central3 = m3 - mean * (3.0 * m2 - 2.0 * mean * mean)
+        central4 = fourths / m - mean * (4.0 * m3 - mean * (6.0 * m2 - 3.0 * mean * mean))
+        g1 = tl.minimum(tl.maximum(central3 / (var * std), -_FIT_SKEW_MAX), _FIT_SKEW_MAX)
+        g2 = tl.minimum(tl.maximum(central4 / (var * var) - 3.0, -2.0), _FIT_KURTOSIS_MAX)
+        zz = z * z
+        shaped = z + (zz - 1.0) * g1 / 6.0 + z * (zz - 3.0) * g2 / 24.0 - z * (2.0 * zz - 5.0) * g1 * g1 / 36.0
+        slope = 1.0 + z * g1 / 3.0 + (zz - 1.0) * g2 / 8.0 - (6.0 * zz - 5.0) * g1 * g1 / 36.0
+        fine = (tl.abs(shaped) <= _FLT_MAX) & (slope > 0.0)   # False for NaN (var 0: no shape to see)
+        zq = tl.where(fine, shaped, z)
+        slope = tl.where(fine, tl.maximum(slope, 0.25), 1.0)
+    else:
+        zq = z
+        slope = 1.0
+    value = mean + zq * std
+    # SPREAD keys of the fit span SPREAD / (n pdf(z) / (std slope)) in value; 2.5066283 = sqrt(2 pi)
+    half = SPREAD * 2.5066283 * std * slope * tl.exp(0.5 * z * z) / m
     a = _order_key(value - half, True).to(tl.int64)
     b = _order_key(value + half, True).to(tl.int64)
     ok = (tail > 0.0) & (tail < 1.0) & (tl.abs(value) <= _FLT_MAX)   # False for NaN
@@ -404,7 +479,8 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
-                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr):
+                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr, PROBIT: tl.constexpr = False,
+                   cubes=0.0, fourths=0.0, SHAPE: tl.constexpr = False):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`, which may be None with JOINED; n
     visible, k_eff >= 1; their values' _moments total and squares) until the state is terminal or at most CAP keys
     are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns
@@ -417,11 +493,13 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     (_bracket_round; SPREAD > 0 only without SLACK). On bell-shaped rows, the decode step's logits among them, the
     quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys on either side
     most of the rest (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's
-    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the
-    key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the next
-    key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key above its
-    probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
-    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place).
+    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round; with PROBIT on
+    their normal quantiles, _probit_probe), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any
+    row.
+    When the least key is 0.0's the first probe is the next key up, and so is the probe after a round that went down
+    from lo = the key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key
+    left inside is 0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the
+    k-th place).
 
     JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of the keys and of
     the visible keys' complements, tl.join; with `visible` None, of the keys' negations, which needs no select) instead
@@ -452,7 +530,7 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     rounds = above
     target = k_eff.to(tl.float32) + (0.5 * SLACK if SLACK > 0 else -0.5)
     tl.static_assert((SPREAD == 0) or (SLACK == 0), "a bracket narrows toward CAP keys inside, not toward SLACK")
-    first, second = _normal_guess(lo, hi, total, squares, n, target, SPREAD)
+    first, second = _normal_guess(lo, hi, total, squares, cubes, fourths, n, target, SPREAD, SHAPE)
     # the guess's round apart, so that the rounds' loop carries nothing more (registers of the capped kernels)
     if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check == 0) & (first != 0):
         if SPREAD == 0:
@@ -461,12 +539,47 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
         else:   # lo stays above the key of 0.0 (check == 0): nothing for `check` to see
             lo, hi, ge_lo, above = _bracket_round(key, first, second, lo, hi, ge_lo, above, k_eff)
         rounds += 1
-    while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
-        secant = (rounds < SECANT_ROUNDS) & (check == 0)
-        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
-        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
-                                                                      w_hi, side, secant, check)
-        rounds += 1
+    if SHAPE:
+        # a row of no negative value (its least key 0.0's, ReLU-degenerate rows): once the round at lo + 1 has
+        # counted its positive values, a probe from the fit of those alone (the sums are theirs: the rest are 0.0)
+        if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check != 0):
+            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, lo + 1, lo, hi, ge_lo, above, k_eff,
+                                                                          w_lo, w_hi, side, False, check)
+            rounds += 1
+            positive, _ = _normal_guess(lo, hi, total, squares, cubes, fourths, ge_lo, target, 0, SHAPE)
+            if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (positive != 0):
+                lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, positive, lo, hi, ge_lo, above,
+                                                                              k_eff, w_lo, w_hi, side, True, check)
+                rounds += 1
+    if PROBIT:
+        # the ends' quantiles carried: one _count_z a secant round (of the end that moved), none while halving
+        m = n.to(tl.float32)
+        z_target = _normal_z(target / m)
+        z_lo = _count_z(ge_lo, m)
+        z_hi = _count_z(above, m)
+        while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
+            secant = (rounds < SECANT_ROUNDS) & (check == 0)
+            mid = lo + 1
+            if check == 0:
+                mid = lo + ((hi - lo + 1) >> 1)
+                if secant:
+                    mid = _probit_probe(lo, hi, z_lo, z_hi, z_target, w_lo, w_hi)
+            was = lo
+            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff,
+                                                                          w_lo, w_hi, side, secant, check)
+            if rounds < SECANT_ROUNDS - 1:   # a later round may step on them
+                up = lo != was
+                z_c = _count_z(tl.where(up, ge_lo, above), m)
+                z_lo = tl.where(up, z_c, z_lo)
+                z_hi = tl.where(up, z_hi, z_c)
+            rounds += 1
+    else:
+        while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
+            secant = (rounds < SECANT_ROUNDS) & (check == 0)
+            mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
+            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff,
+                                                                          w_lo, w_hi, side, secant, check)
+            rounds += 1
     return lo, hi, ge_lo, above
 
 
@@ -713,7 +826,7 @@ def _select_on_chip(row_ptr, base, start, end, k_eff, out_row, cand_row, bucket_
     cols = base + tl.arange(0, TILE)
     visible = (cols >= start) & (cols < end)
     x = tl.load(row_ptr + cols, mask=visible, other=0.0)
-    total, squares = _moments(x, False)   # 0.0 where not visible
+    total, squares, _, _ = _moments(x, False)   # 0.0 where not visible
     key = _order_key(x, visible)
     lo, hi, ge_lo, above = _narrow_on_row(key, visible, tl.maximum(end, start) - start, k_eff, total, squares, CAP,
                                           SECANT_ROUNDS, 0, 0, False)
@@ -853,7 +966,7 @@ def _tau_kernel(
     g = _row_columns(0, TILE_W, THREADS, 4)
     gmax = tl.load(gmax_ptr + row * groups + g, mask=g < groups, other=0).to(tl.uint32, bitcast=True)
     groups_seen = tl.sum((gmax > 0).to(tl.int32), 0)
-    total, squares = _moments(tl.where(gmax > 0, _key_value(gmax), 0.0), False)
+    total, squares, _, _ = _moments(tl.where(gmax > 0, _key_value(gmax), 0.0), False)
     tau, _, _, _ = _narrow_on_row(gmax, gmax > 0, groups_seen, k_eff, total, squares, CAP, SECANT_ROUNDS,
                                   CAP // _TAU_SLACK_DIV, 0, False)
     # no narrowing when few groups are non-empty: every key is a candidate (the least maximum would not bound T)
