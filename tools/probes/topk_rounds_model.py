@@ -16,6 +16,9 @@ from the state the row's rounds end in; none for tau).
 
     python3 -m tools.probes.topk_rounds_model [ROWS]
 
+`shape [ROWS]` models the first probes from a fit with the rows' skewness and kurtosis (radix_fast._normal_guess's
+SHAPE) against the normal fit, on the row kernel and the sample kernel (shape_main).
+
 `sample [ROWS]` instead models the long path's sample kernel (8192 sampled keys of rows of 131072 columns, k =
 2048) with secant steps on the counts (the kernel's) and on their normal quantiles (built and timed in d6c2ab9:
 lost, docs/perf/h200-topk.md), ROWS N(0, 1) rows (256 unless given) and a quarter as many decode-like ones.
@@ -29,6 +32,7 @@ import torch
 from tools.probes.topk_buckets_model import keys, val
 
 K, CAP, SLACK, SECANT_ROUNDS = 2048, 128, 256, 8
+FIT_SKEW_MAX, FIT_KURTOSIS_MAX = 3.0, 12.0   # radix_fast's _FIT_SKEW_MAX and _FIT_KURTOSIS_MAX
 PROBE_BITS = 3   # radix_fast.probe_bits(CAP)
 SIGN_BIT = 2 ** 31
 
@@ -60,12 +64,30 @@ def tile_rounds(count, lo: int, hi: int, ge_lo: int) -> int:
     return done
 
 
+def fit_quantile(v: np.ndarray, tail: float, shape: bool) -> tuple[float, float]:
+    """(the value above which a share `tail` of the values `v` would lie, the fit's spread in value of one key at
+    it over that of a normal fit's) by the kernels' _normal_guess: a normal fit, or with `shape` the Cornish-Fisher
+    expansion to its second order with the skewness and excess kurtosis clamped as the kernels clamp them."""
+    mean, std = float(v.mean()), float(v.std())
+    z = normal_quantile(tail)
+    if not shape or std == 0.0:
+        return mean + z * std, 1.0
+    s = (v.astype(np.float64) - mean) / std
+    g1 = min(max(float((s ** 3).mean()), -FIT_SKEW_MAX), FIT_SKEW_MAX)
+    g2 = min(max(float((s ** 4).mean()) - 3.0, -2.0), FIT_KURTOSIS_MAX)
+    shaped = z + (z * z - 1) * g1 / 6 + z * (z * z - 3) * g2 / 24 - z * (2 * z * z - 5) * g1 * g1 / 36
+    slope = 1 + z * g1 / 3 + (z * z - 1) * g2 / 8 - (6 * z * z - 5) * g1 * g1 / 36
+    return (mean + shaped * std, max(slope, 0.25)) if slope > 0 else (mean + z * std, 1.0)
+
+
 def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...] = (), k: int = K,
-           probit: bool = False) -> tuple[int, int]:
+           probit: bool = False, shape: bool = False) -> tuple[int, int]:
     """The rounds _narrow_on_row takes on the fp32 row `x` (all of it visible) toward k_eff = k, and then
     tile_rounds (0 with slack); with `guess` and `offsets` the first round probes those numbers of keys of the fit
     from the quantile (ascending); with `probit` the secant steps interpolate the counts' normal quantiles instead
-    of the counts (not the kernels': see `sample` in the module docstring)."""
+    of the counts (not the kernels': see `sample` in the module docstring); with `shape` the fit is fit_quantile's
+    with skewness and kurtosis, and a row of no negative value takes a probe from its positive values' fit after
+    the round at 0.0 + 1 (the kernels' SHAPE)."""
     key = keys(np.ascontiguousarray(x, dtype=np.float32))
     ordered = np.sort(key)
     count = lambda probe: len(ordered) - int(np.searchsorted(ordered, probe, "left"))  # noqa: E731
@@ -75,13 +97,13 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
     target = k + 0.5 * slack if slack else k - 0.5
     first = 0
     narrowing = lambda: ge_lo != k and lo < hi and (ge_lo > k + slack if slack else ge_lo - above > CAP)  # noqa: E731
+    positive = guess and shape and bool(check)
     if guess and not check:
-        mean, std = float(x.mean()), float(x.std())
-        z = normal_quantile(target / n)
-        value = mean + z * std
+        value, slope = fit_quantile(x, target / n, shape)
         first = min(max(key_of(value), lo + 1), hi) if math.isfinite(value) else 0
         if first and offsets and narrowing():   # the bracket: keys of the fit's density from the quantile
-            step = math.sqrt(2 * math.pi) * std * math.exp(0.5 * z * z) / n
+            z = normal_quantile(target / n)
+            step = math.sqrt(2 * math.pi) * float(x.std()) * slope * math.exp(0.5 * z * z) / n
             probes = [min(max(key_of(value + o * step), lo + 1), hi) for o in offsets]
             counts = [count(p) for p in probes]
             reached = [i for i, c in enumerate(counts) if c >= k]   # counts fall as the probes rise
@@ -99,6 +121,9 @@ def rounds(x: np.ndarray, guess: bool, slack: int = 0, offsets: tuple[float, ...
             mid = lo + 1
         elif done == 0 and first:   # the quantile alone
             mid = first
+        elif positive and done == 1 and 0 < target < ge_lo:   # after the round at 0.0 + 1: the positive values' fit
+            value, _ = fit_quantile(x[x > 0], target / ge_lo, True)
+            mid = min(max(key_of(value), lo + 1), hi)
         else:
             a, b = float(val(np.int64(lo))), float(val(np.int64(hi)))
             if probit:   # the kernel's counts kept within [1/2, n - 1/2]
@@ -180,8 +205,48 @@ def sample_main(rows: int = 256) -> None:
                   f"largest of each 64 {launches}")
 
 
+def shape_main(rows: int = 64) -> None:
+    """The first probes from a normal fit against the fit with skewness and kurtosis (and the positive values' fit
+    on rows of no negative value: radix_fast._normal_guess's SHAPE): the column order's row kernel (rows of 8192
+    columns, a bracket of 3/8 CAP keys about the quantile for one program a row, the quantile alone for many rows)
+    and the sample kernel (as `sample`). Per kind of row the mean and the largest count of rounds to the candidate
+    tile (ROWS rows of each kind, 64 unless given: one launch lasts as long as its slowest row)."""
+    g = torch.Generator().manual_seed(2)
+    k8 = torch.randn(8192, 128, generator=g).to(torch.bfloat16).float()
+    k_wide = torch.randn(131072, 128, generator=g).to(torch.bfloat16).float()
+
+    def decode(keys_: torch.Tensor, positive: bool) -> np.ndarray:
+        weights = torch.rand(32, generator=g) if positive else torch.randn(32, generator=g)
+        q = torch.randn(32, 128, generator=g).to(torch.bfloat16).float()
+        return torch.einsum("h,hw->w", weights, torch.relu(q @ keys_.T)).numpy()
+
+    kinds = {"N(0,1)": lambda w: torch.randn(w, generator=g).numpy(),
+             "decode-like": lambda w: decode(k8 if w == 8192 else k_wide, False),
+             "decode-like, weights >= 0": lambda w: decode(k8 if w == 8192 else k_wide, True),
+             "ReLU-degenerate": lambda w: (torch.randn(w, generator=g) - 0.5).clamp_min(0.0).numpy()}
+    width, samples, run, slack, sigmas, extra = 131072, 8192, 8, 16, 3.5, 8.0   # as sample_main
+    expected = K * samples / width
+    r = math.ceil(expected + sigmas * math.sqrt(expected) + extra)
+    first = (np.arange(samples // run) * width // (samples // run)) // run * run
+    cols = (first[:, None] + np.arange(run)[None, :]).ravel()
+    forms = {"row, bracket": lambda x, sh: rounds(x, True, 0, (-3 * CAP / 8, 3 * CAP / 8), shape=sh)[0],
+             "row, quantile": lambda x, sh: rounds(x, True, 0, (), shape=sh)[0],
+             "sample": lambda x, sh: rounds(x[cols], True, slack, k=r, shape=sh)[0]}
+    for name, make in kinds.items():
+        rows8 = [make(8192) for _ in range(rows)]
+        wide = [make(width) for _ in range(rows)]
+        line = []
+        for form, count in forms.items():
+            xs = wide if form == "sample" else rows8
+            normal, shaped = (np.array([count(x, sh) for x in xs]) for sh in (False, True))
+            line.append(f"{form}: {normal.mean():.2f}, {normal.max()} -> {shaped.mean():.2f}, {shaped.max()}")
+        print(f"{name:26s}", " | ".join(line), flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["sample"]:
         sample_main(*(int(a) for a in sys.argv[2:3]))
+    elif sys.argv[1:2] == ["shape"]:
+        shape_main(*(int(a) for a in sys.argv[2:3]))
     else:
         main(*(int(a) for a in sys.argv[1:2]))
