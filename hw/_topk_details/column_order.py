@@ -297,7 +297,7 @@ def _finish_by_ranks(cand, cand_row, n, above, k_eff, CAP: tl.constexpr):
 def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP: tl.constexpr,
                      TILE: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, PROBE_BITS: tl.constexpr,
                      SECANT_ROUNDS: tl.constexpr, SPREAD: tl.constexpr, RANK_FINISH: tl.constexpr,
-                     SHARED_SM: tl.constexpr, PROBIT: tl.constexpr, SHAPE: tl.constexpr):
+                     SHARED_SM: tl.constexpr):
     """The on-chip path for a row of more than k visible columns [start, end), held in a register tile of columns
     base .. base + TILE - 1 (base <= start, end - base <= TILE; base a multiple of 16) ordered as _row_columns says;
     SPREAD: _narrow_on_row's. cand_row: CAP candidate words, then the compaction's counter. The candidate tile is
@@ -311,10 +311,12 @@ def _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row,
     # the moments of the loaded tile as it is (beside the visible columns at most VEC - 1 at either end of the visible
     # range, _load_mask: they move only the fit's guess, never a result) and the ends without `visible`, two selects
     # a column fewer (docs/perf/h200-topk.md, "Two selects a column fewer for many rows")
-    total, squares, cubes, fourths = _moments(x if SHARED_SM else tl.where(visible, x, 0.0), True, SHAPE)
+    total, squares, _, _ = _moments(x if SHARED_SM else tl.where(visible, x, 0.0), True)
     key = _order_key(x, visible, SHARED_SM)
+    # the positive values' fit on rows of no negative value, but no shape fit: its two more sums a column cost this
+    # kernel more than its rounds save (docs/perf/h200-topk.md, "First probes from the rows' shape")
     lo, hi, ge_lo, above = _narrow_on_row(key, None if SHARED_SM else visible, end - start, k_eff, total, squares,
-                                          CAP, SECANT_ROUNDS, 0, SPREAD, True, PROBIT, cubes, fourths, SHAPE)
+                                          CAP, SECANT_ROUNDS, 0, SPREAD, True, 0.0, 0.0, False, True)
     if (ge_lo != k_eff) & (lo < hi):   # at most CAP keys inside: finish on a tile of them
         inside = (key >= lo.to(tl.uint32)) & (key <= hi.to(tl.uint32))
         # the tile rounds only count: slots in any order, no scan across the threads
@@ -388,8 +390,6 @@ def _columns_row_kernel(
     PROBE_BITS: tl.constexpr,   # probes per round on the candidate tile: 2^PROBE_BITS - 1
     SECANT_ROUNDS: tl.constexpr,   # radix_fast.SECANT_ROUNDS
     RANK_FINISH: tl.constexpr,   # FastTiling.rank_finish: the candidate tile finished by ranks, not rounds
-    PROBIT: tl.constexpr,  # FastTiling.row_probit
-    SHAPE: tl.constexpr,  # FastTiling.fit_shape
     PDL: tl.constexpr,
 ):
     grid_dependency_sync(PDL)
@@ -408,22 +408,22 @@ def _columns_row_kernel(
         _all_visible(start, end, k, out_row, K_PAD)
     elif TIERS == 1:
         _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, PROBIT, SHAPE)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
     else:
         # the narrowest tile that holds the row's columns from `base` (16-aligned: vector loads) to its end
         base = tl.multiple_of(start // 16 * 16, 16)
         if end - base > TILE_W // 2:
             _columns_on_chip(row_ptr, 0, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, PROBIT, SHAPE)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         elif TIERS == 2:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, PROBIT, SHAPE)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         elif end - base > TILE_W // 4:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 2, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, PROBIT, SHAPE)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
         else:
             _columns_on_chip(row_ptr, base, start, end, width, k_eff, out_row, cand_row, CAP, TILE_W // 4, THREADS,
-                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1, PROBIT, SHAPE)
+                             VEC, PROBE_BITS, SECANT_ROUNDS, SPREAD, RANK_FINISH, TIERS > 1)
 
 
 @triton.jit
@@ -441,8 +441,6 @@ def _sample_tau_kernel(
     SLACK: tl.constexpr,
     CAP: tl.constexpr,
     SECANT_ROUNDS: tl.constexpr,
-    PROBIT: tl.constexpr,  # FastTiling.sample_probit
-    SHAPE: tl.constexpr,  # FastTiling.fit_shape
     PDL: tl.constexpr,
 ):
     """The sweep's threshold t of one row, from a sample: runs of RUN columns evenly spaced over the visible ones
@@ -466,9 +464,11 @@ def _sample_tau_kernel(
                    m)
     t = start * 0 + 1
     if (n > k) & (m > r + SLACK):
-        total, squares, cubes, fourths = _moments(tl.where(visible, _key_value(key), 0.0), False, SHAPE)
-        lo, _, _, _ = _narrow_on_row(key, visible, m, r, total, squares, CAP, SECANT_ROUNDS, SLACK, 0, False, PROBIT,
-                                     cubes, fourths, SHAPE)
+        # the fit with skewness and kurtosis, and the positive values' fit on rows of no negative value: fewer rounds
+        # on decode-like and ReLU-degenerate rows (docs/perf/h200-topk.md, "First probes from the rows' shape")
+        total, squares, cubes, fourths = _moments(tl.where(visible, _key_value(key), 0.0), False, True)
+        lo, _, _, _ = _narrow_on_row(key, visible, m, r, total, squares, CAP, SECANT_ROUNDS, SLACK, 0, False, cubes,
+                                     fourths, True, True)
         t = lo.to(tl.int32)
     meta_row = meta_ptr + row * _META
     tl.store(meta_row + _META_TAU, t)
@@ -656,8 +656,7 @@ def launch_columns(logits: torch.Tensor, lengths: torch.Tensor, starts: torch.Te
         _columns_row_kernel[(rows,)](
             logits, starts_arg, lengths, out, cand, width, logits.stride(0), k, TILE_W=tile, TIERS=tiers,
             **row_layout(tiling, tile, tiers, vectors(logits)), SECANT_ROUNDS=radix_fast.SECANT_ROUNDS,
-            RANK_FINISH=tiling.rank_finish, PROBIT=tiling.row_probit, SHAPE=tiling.fit_shape,
-            num_warps=tiling.num_warps,
+            RANK_FINISH=tiling.rank_finish, num_warps=tiling.num_warps,
             **register_cap(tiling.maxnreg), **common, **pdl)
         return
     has_starts = starts is not None
@@ -714,8 +713,7 @@ def launch_sweep(logits: torch.Tensor, starts_arg: torch.Tensor, lengths: torch.
     _sample_tau_kernel[(rows,)](
         logits, starts_arg, lengths, meta, width, logits.stride(0), k, HAS_STARTS=has_starts,
         SAMPLES=tiling.sweep_samples, RUN=SAMPLE_RUN, SLACK=SAMPLE_SLACK, CAP=tiling.cap,
-        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PROBIT=tiling.sample_probit, SHAPE=tiling.fit_shape,
-        num_warps=sample_warps(tiling), **pdl)
+        SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, num_warps=sample_warps(tiling), **pdl)
     _sweep_kernel[(rows, chunk_w)](
         logits, starts_arg, lengths, meta, cand, meta if chunks is None else chunks, width, logits.stride(0), k,
         HAS_STARTS=has_starts, CAP=tiling.cap, BLOCK=sweep_block(tiling), **_sweep_layout(tiling, vectors(logits)),
@@ -794,7 +792,7 @@ def sweep_specs(tiling: FastTiling, width: int, has_starts: bool, label: str, ta
                     num_warps=sample_warps(tiling), targets=targets,
                     constexprs={"HAS_STARTS": has_starts, "SAMPLES": tiling.sweep_samples, "RUN": SAMPLE_RUN,
                                 "SLACK": SAMPLE_SLACK, "CAP": tiling.cap, "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
-                                "PROBIT": tiling.sample_probit, "SHAPE": tiling.fit_shape, "PDL": tiling.pdl}),
+                                "PDL": tiling.pdl}),
         CompileSpec(label=label + "/sweep", fn=_sweep_kernel, types=_SWEEP_TYPES,
                     num_warps=tiling.cand_warps, maxnreg=tiling.sweep_maxnreg, targets=targets,
                     scratch_ok="" if tiling.sweep_maxnreg is None else SWEEP_STACK, aligned=(*_SWEEP_TYPES, *ints),
@@ -825,7 +823,6 @@ def isa_specs(tiling: FastTiling, width: int, k: int, has_starts: bool, label: s
                             constexprs=common | {"TILE_W": tile, "TIERS": tiers,
                                                  "SECANT_ROUNDS": radix_fast.SECANT_ROUNDS,
                                                  "RANK_FINISH": tiling.rank_finish,
-                                                 "PROBIT": tiling.row_probit, "SHAPE": tiling.fit_shape,
                                                  **row_layout(tiling, tile, tiers, bool(ints))}),)
     if tiling.sweep_samples:
         chunk_w = triton.cdiv(width, sweep_block(tiling))

@@ -166,10 +166,6 @@ class FastTiling(LaunchSettings):
     sweep_block: int = 0             # columns a sweep program (a chunk of the candidates); 0: block
     sweep_maxnreg: int | None = None  # register cap of the sweep (NVIDIA; None: ptxas chooses)
     sample_warps: int = 0            # of the sweep's sample kernel; 0: num_warps
-    sample_probit: bool = False      # the sample kernel's secant steps on the counts' normal quantiles
-    row_probit: bool = False         # the same for the column order's on-chip row kernel
-    fit_shape: bool = False          # the first probe of the sample and of the column order's row kernel from a fit
-                                     # with the values' skewness and kurtosis (_normal_guess's SHAPE)
     finish_warps: int = 0            # of the column order's long finish after a sweep; 0: num_warps
     finish_rank_cap: int = 0         # column order's long finish: rounds until at most this many keys are inside,
                                      # then ranks (column_order._finish_ranked; <= 256); 0: rounds to the end
@@ -332,29 +328,6 @@ def _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant):
 
 
 @triton.jit
-def _count_z(count, m):
-    """_normal_z of a count of m keys as a share, the count kept within [1/2, m - 1/2] (fp32 m)."""
-    return _normal_z(tl.minimum(tl.maximum(count.to(tl.float32), 0.5), m - 0.5) / m)
-
-
-@triton.jit
-def _probit_probe(lo, hi, z_lo, z_hi, z_target, w_lo, w_hi):
-    """_probe's secant step with the counts' normal quantiles (_count_z: z_lo at lo, z_hi at hi, z_target the
-    target's) in place of the counts: nearly linear in value in the tail of a bell-shaped row, where the counts fall
-    exponentially and a step on them overshoots; the middle of the interval when an end or the step is not a
-    number."""
-    a = _key_value(lo.to(tl.uint32))
-    b = _key_value(hi.to(tl.uint32))
-    f_lo = (z_target - z_lo) * w_lo
-    f_hi = (z_hi - z_target) * w_hi
-    t = f_lo / (f_lo + f_hi)
-    value = a * (1.0 - t) + b * t
-    at = _order_key(value, True).to(tl.int64)
-    ok = (tl.abs(a) <= _FLT_MAX) & (tl.abs(b) <= _FLT_MAX) & (t >= 0.0) & (t <= 1.0)   # t NaN: quantiles that meet
-    return tl.where(ok, tl.minimum(tl.maximum(at, lo + 1), hi), lo + ((hi - lo + 1) >> 1))
-
-
-@triton.jit
 def _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo, w_hi, side, secant, check):
     """One round of one probe, `mid` in [lo + 1, hi], on a tile holding every key (0 = empty); returns the new (lo,
     hi, ge_lo, above), the secant state (w_lo, w_hi, side: the end the last secant step kept, 1 lo, -1 hi, 0 none;
@@ -479,8 +452,8 @@ def _bracket_round(key, a, b, lo, hi, ge_lo, above, k_eff):
 
 @triton.jit
 def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SECANT_ROUNDS: tl.constexpr,
-                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr, PROBIT: tl.constexpr = False,
-                   cubes=0.0, fourths=0.0, SHAPE: tl.constexpr = False):
+                   SLACK: tl.constexpr, SPREAD: tl.constexpr, JOINED: tl.constexpr, cubes=0.0, fourths=0.0,
+                   SHAPE: tl.constexpr = False, POSITIVE: tl.constexpr = False):
     """Narrow a tile holding every key of a row (uint32, 0 where not `visible`, which may be None with JOINED; n
     visible, k_eff >= 1; their values' _moments total and squares) until the state is terminal or at most CAP keys
     are inside, or with SLACK > 0 (_tau_kernel, on group maxima) until at most k_eff + SLACK keys reach lo; returns
@@ -493,13 +466,14 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
     (_bracket_round; SPREAD > 0 only without SLACK). On bell-shaped rows, the decode step's logits among them, the
     quantile takes about half the rounds of secant steps from the ends, and a bracket of 3/8 CAP keys on either side
     most of the rest (docs/perf/h200-topk.md, "The first probe from a normal fit", "A bracket about the fit's
-    quantile"). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round; with PROBIT on
-    their normal quantiles, _probit_probe), the rest halve the key interval: at most SECANT_ROUNDS + 32 rounds on any
-    row.
-    When the least key is 0.0's the first probe is the next key up, and so is the probe after a round that went down
-    from lo = the key of 0.0 without finding a key above its probe: when fewer than k_eff keys reach it, every key
-    left inside is 0.0 and the interval closes on it (ReLU-degenerate rows, thousands of exact zeros straddling the
-    k-th place).
+    quantile"). SHAPE: the fit with the values' skewness and kurtosis (_normal_guess's; `cubes` and `fourths` from
+    _moments). The next rounds up to SECANT_ROUNDS are secant steps on the counts (_secant_round), the rest halve the
+    key interval: at most SECANT_ROUNDS + 32 rounds on any row. When the least key is 0.0's the first probe is the
+    next key up, and so is the probe after a round that went down from lo = the key of 0.0 without finding a key
+    above its probe: when fewer than k_eff keys reach it, every key left inside is 0.0 and the interval closes on it
+    (ReLU-degenerate rows, thousands of exact zeros straddling the k-th place). POSITIVE: when that first round finds
+    at least k_eff positive values, the next probe is the fit of those alone instead of a secant step from 0.0
+    (docs/perf/h200-topk.md, "First probes from the rows' shape").
 
     JOINED: the least and largest keys in one built-in reduction of a two-column tile (the max of the keys and of
     the visible keys' complements, tl.join; with `visible` None, of the keys' negations, which needs no select) instead
@@ -539,7 +513,7 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
         else:   # lo stays above the key of 0.0 (check == 0): nothing for `check` to see
             lo, hi, ge_lo, above = _bracket_round(key, first, second, lo, hi, ge_lo, above, k_eff)
         rounds += 1
-    if SHAPE:
+    if POSITIVE:
         # a row of no negative value (its least key 0.0's, ReLU-degenerate rows): once the round at lo + 1 has
         # counted its positive values, a probe from the fit of those alone (the sums are theirs: the rest are 0.0)
         if _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK) & (check != 0):
@@ -551,35 +525,12 @@ def _narrow_on_row(key, visible, n, k_eff, total, squares, CAP: tl.constexpr, SE
                 lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, positive, lo, hi, ge_lo, above,
                                                                               k_eff, w_lo, w_hi, side, True, check)
                 rounds += 1
-    if PROBIT:
-        # the ends' quantiles carried: one _count_z a secant round (of the end that moved), none while halving
-        m = n.to(tl.float32)
-        z_target = _normal_z(target / m)
-        z_lo = _count_z(ge_lo, m)
-        z_hi = _count_z(above, m)
-        while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
-            secant = (rounds < SECANT_ROUNDS) & (check == 0)
-            mid = lo + 1
-            if check == 0:
-                mid = lo + ((hi - lo + 1) >> 1)
-                if secant:
-                    mid = _probit_probe(lo, hi, z_lo, z_hi, z_target, w_lo, w_hi)
-            was = lo
-            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff,
-                                                                          w_lo, w_hi, side, secant, check)
-            if rounds < SECANT_ROUNDS - 1:   # a later round may step on them
-                up = lo != was
-                z_c = _count_z(tl.where(up, ge_lo, above), m)
-                z_lo = tl.where(up, z_c, z_lo)
-                z_hi = tl.where(up, z_hi, z_c)
-            rounds += 1
-    else:
-        while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
-            secant = (rounds < SECANT_ROUNDS) & (check == 0)
-            mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
-            lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff,
-                                                                          w_lo, w_hi, side, secant, check)
-            rounds += 1
+    while _narrowing(lo, hi, ge_lo, above, k_eff, CAP, SLACK):
+        secant = (rounds < SECANT_ROUNDS) & (check == 0)
+        mid = tl.where(check != 0, lo + 1, _probe(lo, hi, ge_lo, above, target, w_lo, w_hi, secant))
+        lo, hi, ge_lo, above, w_lo, w_hi, side, check = _secant_round(key, mid, lo, hi, ge_lo, above, k_eff, w_lo,
+                                                                      w_hi, side, secant, check)
+        rounds += 1
     return lo, hi, ge_lo, above
 
 

@@ -78,9 +78,7 @@ CASES = [
 # launch settings: name -> FastTiling, or None for the launcher's own choice
 TILINGS = {
     "launcher": None,
-    # (with the row kernel's secant steps on the counts' normal quantiles)
-    "row_tiny_cap": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK, row_probit=True,
-                               fit_shape=True),
+    "row_tiny_cap": FastTiling(tile_w=radix_fast.TILE_W, cap=16, block=radix_fast.STREAM_BLOCK),
     "long": FastTiling(tile_w=128, cap=128, block=256),
     "long_tiny_cap": FastTiling(tile_w=64, cap=16, block=128),
     # the ordering split into segments: exact splitters (every selected column sampled), and sparse samples
@@ -92,11 +90,10 @@ TILINGS = {
                                      segment=8, samples=8, tiers=radix_fast.MANY_ROWS_TIERS),
     "long_segments_sampled": FastTiling(tile_w=128, cap=128, block=256, segment=16, samples=2),
     # the long path's candidates from a sampled threshold and one sweep, also in sweep programs narrower than the
-    # finish's streaming chunk (with the sample's secant steps on the counts' normal quantiles)
+    # finish's streaming chunk
     "long_sweep": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64),
     "long_sweep_tiny_cap": FastTiling(tile_w=64, cap=16, block=128, sweep_samples=32),
-    "long_sweep_narrow": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, sweep_block=64,
-                                    sample_probit=True, fit_shape=True),
+    "long_sweep_narrow": FastTiling(tile_w=128, cap=128, block=256, sweep_samples=64, sweep_block=64),
 }
 
 
@@ -862,7 +859,7 @@ def _sampled_columns(start: int, end: int, samples: int) -> np.ndarray:
 
 
 def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarray, k: int, samples: int, cap: int,
-                       device, probit: bool = False, shape: bool = False) -> np.ndarray:
+                       device) -> np.ndarray:
     """The sweep's threshold keys (uint32) of the rows of `x`, from _sample_tau_kernel itself."""
     rows, width = x.shape
     as_i32 = lambda a: torch.from_numpy(a.astype(np.int32)).to(device)   # noqa: E731
@@ -870,8 +867,7 @@ def _sampled_threshold(x: np.ndarray, starts: np.ndarray | None, ends: np.ndarra
     column_order._sample_tau_kernel[(rows,)](
         torch.from_numpy(x).to(device), as_i32(ends if starts is None else starts), as_i32(ends), meta, width, width,
         k, HAS_STARTS=starts is not None, SAMPLES=samples, RUN=column_order.SAMPLE_RUN,
-        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PROBIT=probit, SHAPE=shape,
-        PDL=False)
+        SLACK=column_order.SAMPLE_SLACK, CAP=cap, SECANT_ROUNDS=radix_fast.SECANT_ROUNDS, PDL=False)
     return meta[:, 0].cpu().numpy().view(np.uint32)
 
 
@@ -880,14 +876,11 @@ def _threshold_values(key: np.ndarray) -> np.ndarray:
     return np.where(key >= 2 ** 31, key ^ np.uint32(2 ** 31), ~key).astype(np.uint32).view(np.float32)
 
 
-@pytest.mark.parametrize("probit", [False, True], ids=["counts", "probit"])
-@pytest.mark.parametrize("shape", [False, True], ids=["normal", "shape"])
-def test_sample_threshold_in_its_window(device, probit, shape):
+def test_sample_threshold_in_its_window(device):
     """_sample_tau_kernel's threshold has between r and r + SAMPLE_SLACK of the sampled keys at or above it (r: the
-    sample's expected count at the k-th key plus its margin), whichever secant steps it takes (FastTiling
-    .sample_probit: on the counts' normal quantiles) and whichever fit gives its first probe (FastTiling.fit_shape):
-    on bell-shaped, uniform, decode-like (sums of ReLU'd terms), heavy-tailed and ReLU-degenerate rows (no negative
-    value, most of them 0.0), and on rows holding +-inf, where the fit gives no first probe."""
+    sample's expected count at the k-th key plus its margin): on bell-shaped, uniform, decode-like (sums of ReLU'd
+    terms), heavy-tailed and ReLU-degenerate rows (no negative value, most of them 0.0: the positive values' fit
+    gives a probe), and on rows holding +-inf, where the fit gives no first probe."""
     width, k, samples = 16384, 256, 1024
     rng = np.random.default_rng(21)
     x = rng.standard_normal((7, width)).astype(np.float32)
@@ -898,7 +891,7 @@ def test_sample_threshold_in_its_window(device, probit, shape):
     x[5, rng.choice(width, 40, replace=False)] = -np.inf
     x[6] = np.maximum(x[6] - 0.5, 0.0)
     ends = np.full(7, width)
-    threshold = _threshold_values(_sampled_threshold(x, None, ends, k, samples, 4096, device, probit, shape))
+    threshold = _threshold_values(_sampled_threshold(x, None, ends, k, samples, 4096, device))
     expected = k * samples / width
     r = math.ceil(expected + column_order._SAMPLE_SIGMAS.value * math.sqrt(expected)
                   + column_order._SAMPLE_EXTRA.value)
