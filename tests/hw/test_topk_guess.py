@@ -28,7 +28,8 @@ def _guess_kernel(stats_ptr, bounds_ptr, out_ptr, SPREAD: tl.constexpr):
     squares = tl.load(stats_ptr + 1)
     target = tl.load(stats_ptr + 2)
     n = tl.load(bounds_ptr + 2).to(tl.int32)
-    a, b = _normal_guess(tl.load(bounds_ptr), tl.load(bounds_ptr + 1), total, squares, n, target, SPREAD)
+    a, b = _normal_guess(tl.load(bounds_ptr), tl.load(bounds_ptr + 1), total, squares, 0.0, 0.0, n, target, SPREAD,
+                         False)
     tl.store(out_ptr, a)
     tl.store(out_ptr + 1, b)
 
@@ -104,6 +105,37 @@ def test_guess_near_the_kth_of_normal_rows(device):
         assert _key(kth - 0.05) <= got <= _key(kth + 0.05)
 
 
+@triton.jit
+def _row_guess_kernel(x_ptr, out_ptr, target, N: tl.constexpr, SHAPE: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    total, squares, cubes, fourths = _moments(x, False, SHAPE)
+    a, _ = _normal_guess(tl.full((), FULL[0], tl.int64), tl.full((), FULL[1], tl.int64), total, squares, cubes,
+                         fourths, tl.full((), N, tl.int32), target, 0, SHAPE)
+    tl.store(out_ptr, a)
+
+
+def test_shape_guess_nearer_on_skewed_rows(device):
+    """With SHAPE (the sample kernel's fit) the guess for the 2048-th of 8192 keys of skewed, heavy-tailed rows
+    (sums of ReLU'd terms with weights in [0, 1), as the indexer's logits) has fewer keys between it and the 2048-th
+    than the normal fit's, and a row of equal values (no shape to see) gets the normal fit's guess."""
+    rng = np.random.default_rng(13)
+    keys_ = rng.standard_normal((8192, 32)).astype(np.float32)
+
+    def guess(x: np.ndarray, shape: bool) -> int:
+        out = torch.zeros(1, dtype=torch.int64, device=device)
+        _row_guess_kernel[(1,)](torch.from_numpy(x).to(device), out, 2047.5, N=8192, SHAPE=shape)
+        return int(out.item())
+
+    for _ in range(4):
+        x = (rng.random(16) @ np.maximum(rng.standard_normal((16, 32)) @ keys_.T, 0.0)).astype(np.float32)
+        ordered = np.sort(np.array([_key(float(v)) for v in x]))
+        miss = {shape: abs(int(ordered.size - np.searchsorted(ordered, guess(x, shape))) - 2048)
+                for shape in (False, True)}
+        assert miss[True] < miss[False], miss
+    equal = np.full(8192, 1.5, dtype=np.float32)
+    assert guess(equal, True) == guess(equal, False)
+
+
 @pytest.mark.parametrize("spread", [48, 384])
 def test_bracket_holds_about_twice_spread_keys(spread, device):
     """On N(0, 1) rows of 8192 the probes SPREAD keys of the fit below and above the 2048-th key's quantile hold
@@ -173,7 +205,7 @@ def _start_kernel(x_ptr, visible_ptr, out_ptr, moments_ptr, N: tl.constexpr, JOI
     visible = tl.load(visible_ptr + tl.arange(0, N)) != 0
     key = _order_key(x, visible)
     n = tl.sum(visible.to(tl.int32), 0)
-    total, squares = _moments(tl.where(visible, x, 0.0), JOINED)
+    total, squares, _, _ = _moments(tl.where(visible, x, 0.0), JOINED)
     # CAP = N: no round runs, the state is the least and largest visible keys, n and 0
     # NEGATED: `visible` None, the least key from the keys' negations (the many-rows column kernel's form)
     lo, hi, ge_lo, above = _narrow_on_row(key, None if NEGATED else visible, n, n * 0 + 1, total, squares, N, 8, 0,
