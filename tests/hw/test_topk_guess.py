@@ -106,11 +106,11 @@ def test_guess_near_the_kth_of_normal_rows(device):
 
 
 @triton.jit
-def _row_guess_kernel(x_ptr, out_ptr, target, N: tl.constexpr, SHAPE: tl.constexpr):
+def _row_guess_kernel(x_ptr, out_ptr, target, lo, hi, N: tl.constexpr, SHAPE: tl.constexpr):
     x = tl.load(x_ptr + tl.arange(0, N))
     total, squares, cubes, fourths = _moments(x, False, SHAPE)
-    a, _ = _normal_guess(tl.full((), FULL[0], tl.int64), tl.full((), FULL[1], tl.int64), total, squares, cubes,
-                         fourths, tl.full((), N, tl.int32), target, 0, SHAPE)
+    a, _ = _normal_guess(lo.to(tl.int64), hi.to(tl.int64), total, squares, cubes, fourths, tl.full((), N, tl.int32),
+                         target, 0, SHAPE)
     tl.store(out_ptr, a)
 
 
@@ -123,7 +123,7 @@ def test_shape_guess_nearer_on_skewed_rows(device):
 
     def guess(x: np.ndarray, shape: bool) -> int:
         out = torch.zeros(1, dtype=torch.int64, device=device)
-        _row_guess_kernel[(1,)](torch.from_numpy(x).to(device), out, 2047.5, N=8192, SHAPE=shape)
+        _row_guess_kernel[(1,)](torch.from_numpy(x).to(device), out, 2047.5, *FULL, N=8192, SHAPE=shape)
         return int(out.item())
 
     for _ in range(4):
