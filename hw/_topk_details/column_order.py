@@ -90,7 +90,15 @@ from .radix_fast import (
     row_tiers,
     row_tile,
 )
-from .tile_scan import _atomic_slots, _exclusive_prefix, _inclusive_prefix, _row_columns, _row_entries, _scatter_view
+from .tile_scan import (
+    _appended_slots,
+    _atomic_slots,
+    _exclusive_prefix,
+    _inclusive_prefix,
+    _row_columns,
+    _row_entries,
+    _scatter_view,
+)
 
 #: on-chip row tiles up to this width (loaded in 16-byte vectors) store their selection through _store_gathered:
 #: faster there on the H200 where a thread holds several groups of VEC columns; level or slower on tiles of 8192 and
@@ -130,7 +138,7 @@ SWEEP_READS_BEFORE_WAIT = True
 #: why a register-capped sweep may keep a stack frame (none under triton 3.6; docs/perf/isa-sm90.md)
 SWEEP_STACK = ("under fast.SWEEP_MAXNREG (twelve programs an SM, faster than ten without a stack: "
                "docs/perf/h100-topk-sweep-tiling.json) the sorted form's sweep keeps 8 bytes under triton 3.9, "
-               "the column order's (with its late trigger) under 3.8 and 3.9")
+               "the column order's under 3.8 (with its late trigger) and 3.9")
 
 
 # ------------------------------------------------------------------------------------------------- jit helpers
@@ -503,7 +511,9 @@ def _sweep_kernel(
     showing at most k keys is not read (its chunks record no candidates). A chunk wholly visible under a threshold
     above the key of 0.0 (the usual chunk of the indexer's rows) compares the bits of its values instead of order
     keys: less than half the instructions for its keys, and the sweep's time follows its instruction count
-    (docs/perf/h200-topk.md, "The sweep's keys by their bits")."""
+    (docs/perf/h200-topk.md, "The sweep's keys by their bits"). The chunk's slots come from one scan across its
+    threads, whose last thread adds the chunk's count to the row's (_appended_slots: two exchanges between the warps
+    instead of three)."""
     if not READ_BEFORE_WAIT:
         grid_dependency_sync(PDL, LATE_DEPENDENTS)
     row = tl.program_id(0).to(tl.int64)
@@ -513,7 +523,10 @@ def _sweep_kernel(
         end = tl.where(tl.maximum(end, start) - start > k, end, start)   # a row of at most k keys: none read
     meta_row = meta_ptr + row * _META
     cols = _row_columns(chunk * BLOCK, BLOCK, THREADS, VEC)
-    x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0)
+    # each key is read once: its lines leave the L2 first, before the counters', the candidates' and other data's
+    # (docs/perf/h200-topk.md, "The sweep's slots from one scan; its loads evict first")
+    x = tl.load(logits_ptr + row * stride_row + cols, mask=_load_mask(cols, start, end, width, VEC), other=0.0,
+                eviction_policy="evict_first")
     if READ_BEFORE_WAIT:
         grid_dependency_sync(PDL, LATE_DEPENDENTS)
     tau = tl.load(meta_row + _META_TAU).to(tl.uint32, bitcast=True)
@@ -526,9 +539,7 @@ def _sweep_kernel(
     else:
         key = _order_key(x, (cols >= start) & (cols < end))
         flags = (key >= tau).to(tl.int32)   # tau >= 1: never an invisible column
-    count = tl.sum(flags, 0)
-    first = tl.atomic_add(meta_row + _META_COUNT, count, sem="relaxed")
-    slot = first + _exclusive_prefix(flags, THREADS, VEC)
+    slot, count, first, last = _appended_slots(flags, meta_row + _META_COUNT, THREADS, VEC)
     keep = _scatter_view((flags != 0) & (slot < CAP), THREADS, VEC)
     cand_row = cand_ptr + row * (2 * CAP)
     tl.store(_scatter_view(cand_row + slot, THREADS, VEC), _scatter_view(cols, THREADS, VEC), mask=keep)
@@ -536,8 +547,8 @@ def _sweep_kernel(
              _scatter_view(key.to(tl.int32, bitcast=True), THREADS, VEC), mask=keep)
     if COLUMN_ORDER:
         chunk_row = chunk_ptr + (row * tl.num_programs(1) + chunk) * 2
-        tl.store(chunk_row, first)
-        tl.store(chunk_row + 1, count)
+        tl.store(chunk_row + count * 0, first, mask=last)
+        tl.store(chunk_row + 1 + count * 0, count, mask=last)
     if LATE_DEPENDENTS:
         grid_dependents_launch(PDL)
 

@@ -1,5 +1,6 @@
 """Prefix sums in column order over a row held as a 1-D register tile, with each thread holding adjacent columns
-(the column-order kernels' row tiles, _tau_kernel's group maxima), and order-free slots by one atomic add a thread.
+(the column-order kernels' row tiles, _tau_kernel's group maxima), order-free slots by one atomic add a thread,
+and slots appended to a list that several programs share (the sweep's candidates).
 
 Loaded, a 1-D tile has Triton's coalesced layout: VEC entries a thread, THREADS threads, repeated REP times. A
 generic tl.cumsum of such a tile in its own index order scans across the interleaved threads, REP times, and a
@@ -94,6 +95,31 @@ def _atomic_slots(flags, counter, THREADS: tl.constexpr, VEC: tl.constexpr):
     runs come in the order of their adds, which may change from launch to launch. For tiles whose consumer only
     counts (no scan across the threads: docs/perf/h200-topk.md, "Candidates compacted by one atomic add a thread")."""
     return _column_prefix(flags, THREADS, VEC, False, counter)
+
+
+@triton.jit
+def _appended_slots(flags, counter, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """Slots for the flagged entries of the 1-D int32 0/1 tile `flags` of _row_columns (THREADS > 0) appended in
+    column order to a list whose length is the int32 at `counter` (other programs append beside it): one scan of
+    the threads' counts, whose last thread adds the tile's count to `counter` (relaxed, GPU scope), and one
+    reduction that hands the first slot to every thread, so two exchanges between the warps where a count, an
+    atomic add of it and a scan take three. Returns (slots, count, first, last): count and first are [THREADS]
+    tiles that hold the tile's count and first slot at the entry flagged by `last`, the last thread's."""
+    TILE: tl.constexpr = flags.shape[0]
+    REP: tl.constexpr = TILE // (VEC * THREADS)
+    f = tl.reshape(flags, [REP, THREADS, VEC])
+    per_rep = tl.sum(f, 2)
+    per_thread = tl.sum(per_rep, 0)
+    inclusive = tl.cumsum(per_thread, 0)
+    last = tl.arange(0, THREADS) == THREADS - 1
+    landed = tl.atomic_add(counter + per_thread * 0, inclusive, mask=last, sem="relaxed")
+    first = tl.sum(tl.where(last, landed, 0), 0)
+    before = tl.reshape(first + inclusive - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+    if VEC == 1:
+        slot = tl.reshape(before, [TILE])
+    else:
+        slot = tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
+    return slot, inclusive, landed, last
 
 
 @triton.jit

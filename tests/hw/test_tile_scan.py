@@ -2,7 +2,8 @@
 and _exclusive_prefix gives each column the number of flagged columns before it in column order (_inclusive_prefix:
 up to and including it), whatever THREADS and VEC say (the layouts the kernels use, THREADS beyond the program's
 threads among them, and the plain tile order of THREADS = 0), stored through _scatter_view's order; _atomic_slots
-gives the flagged columns distinct slots, each thread's run in column order."""
+gives the flagged columns distinct slots, each thread's run in column order; _appended_slots appends each tile's
+flagged columns, in column order, to a list that several programs share."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +13,7 @@ import triton
 import triton.language as tl
 
 from hw._topk_details.tile_scan import (
+    _appended_slots,
     _atomic_slots,
     _exclusive_prefix,
     _inclusive_prefix,
@@ -47,6 +49,19 @@ def _slots_kernel(flags_ptr, out_ptr, counter_ptr, TILE: tl.constexpr, THREADS: 
     flags = tl.load(flags_ptr + cols)
     slot = tl.where(flags != 0, _atomic_slots(flags, counter_ptr, THREADS, VEC), -1)
     tl.store(_scatter_view(out_ptr + cols, THREADS, VEC), _scatter_view(slot, THREADS, VEC))
+
+
+@triton.jit
+def _append_kernel(flags_ptr, out_ptr, first_ptr, count_ptr, counter_ptr, TILE: tl.constexpr, THREADS: tl.constexpr,
+                   VEC: tl.constexpr):
+    program = tl.program_id(0)
+    cols = _row_columns(0, TILE, THREADS, VEC)
+    flags = tl.load(flags_ptr + program * TILE + cols)
+    slot, count, first, last = _appended_slots(flags, counter_ptr, THREADS, VEC)
+    tl.store(_scatter_view(out_ptr + program * TILE + cols, THREADS, VEC),
+             _scatter_view(tl.where(flags != 0, slot, -1), THREADS, VEC))
+    tl.store(first_ptr + program + count * 0, first, mask=last)
+    tl.store(count_ptr + program + count * 0, count, mask=last)
 
 
 @triton.jit
@@ -97,6 +112,30 @@ def test_atomic_slots(tile, threads, vec, device):
         for t in range(threads):
             mine = slots[t * run:(t + 1) * run][flags[t * run:(t + 1) * run] == 1]
             np.testing.assert_array_equal(mine, mine[0] + np.arange(mine.size) if mine.size else mine)
+
+
+@pytest.mark.parametrize("tile,threads,vec", [(64, 16, 1), (64, 4, 4), (256, 64, 4), (1024, 128, 4)])
+def test_appended_slots(tile, threads, vec, device):
+    """Programs appending their tiles' flagged columns to one list (its length at the counter, 5 before them) take
+    the slots 5 .. 5 + n - 1 once each; each program's flagged columns take consecutive slots in column order from
+    the first slot it returns, and it returns its own count."""
+    rng = np.random.default_rng(tile + threads + vec)
+    programs = 6
+    flags = (rng.random((programs, tile)) < np.array([0.0, 0.02, 0.3, 1.0, 0.5, 0.1])[:, None]).astype(np.int32)
+    out = torch.full((programs, tile), -2, dtype=torch.int32, device=device)
+    first = torch.full((programs,), -2, dtype=torch.int32, device=device)
+    count = torch.full((programs,), -2, dtype=torch.int32, device=device)
+    counter = torch.full((1,), 5, dtype=torch.int32, device=device)
+    _append_kernel[(programs,)](torch.from_numpy(flags).to(device), out, first, count, counter, TILE=tile,
+                                THREADS=threads, VEC=vec)
+    slots, n = out.cpu().numpy(), int(flags.sum())
+    np.testing.assert_array_equal(slots[flags == 0], -1)
+    np.testing.assert_array_equal(np.sort(slots[flags == 1]), 5 + np.arange(n))
+    assert counter.item() == 5 + n
+    np.testing.assert_array_equal(count.cpu().numpy(), flags.sum(1))
+    for p in range(programs):
+        mine = slots[p][flags[p] == 1]
+        np.testing.assert_array_equal(mine, first[p].item() + np.arange(mine.size))
 
 
 def test_row_columns_gives_threads_adjacent_columns(device):
