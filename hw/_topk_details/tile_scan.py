@@ -61,18 +61,29 @@ def _column_prefix(flags, THREADS: tl.constexpr, VEC: tl.constexpr, INCLUSIVE: t
         else:
             first = tl.atomic_add(counter + per_thread * 0, per_thread, mask=per_thread > 0, sem="relaxed",
                                   scope="cta")
-        before = tl.reshape(first, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
-        if VEC == 1:
-            if INCLUSIVE:
-                return tl.reshape(before, [TILE]) + flags
-            else:
-                return tl.reshape(before, [TILE])
+        return _thread_runs(first, flags, f, per_rep, INCLUSIVE)
+
+
+@triton.jit
+def _thread_runs(first, flags, f, per_rep, INCLUSIVE: tl.constexpr):
+    """The prefix of every entry of the _row_columns tile `flags` (f: it as [REP, THREADS, VEC], per_rep: f summed
+    over VEC) in its thread's run of adjacent columns, from the run's start `first` ([THREADS]): exclusive, or
+    INCLUSIVE."""
+    TILE: tl.constexpr = flags.shape[0]
+    REP: tl.constexpr = f.shape[0]
+    THREADS: tl.constexpr = f.shape[1]
+    before = tl.reshape(first, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
+    if f.shape[2] == 1:
+        if INCLUSIVE:
+            return tl.reshape(before, [TILE]) + flags
         else:
-            within = tl.cumsum(f, 2)
-            if INCLUSIVE:
-                return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within, [TILE])
-            else:
-                return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within - f, [TILE])
+            return tl.reshape(before, [TILE])
+    else:
+        within = tl.cumsum(f, 2)
+        if INCLUSIVE:
+            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within, [TILE])
+        else:
+            return tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + within - f, [TILE])
 
 
 @triton.jit
@@ -114,12 +125,7 @@ def _appended_slots(flags, counter, THREADS: tl.constexpr, VEC: tl.constexpr):
     last = tl.arange(0, THREADS) == THREADS - 1
     landed = tl.atomic_add(counter + per_thread * 0, inclusive, mask=last, sem="relaxed")
     first = tl.sum(tl.where(last, landed, 0), 0)
-    before = tl.reshape(first + inclusive - per_thread, [1, THREADS]) + tl.cumsum(per_rep, 0) - per_rep
-    if VEC == 1:
-        slot = tl.reshape(before, [TILE])
-    else:
-        slot = tl.reshape(tl.reshape(before, [REP, THREADS, 1]) + tl.cumsum(f, 2) - f, [TILE])
-    return slot, inclusive, landed, last
+    return _thread_runs(first + inclusive - per_thread, flags, f, per_rep, False), inclusive, landed, last
 
 
 @triton.jit
